@@ -1,0 +1,67 @@
+# Ethan: every target installs what it needs first, so a fresh clone needs only Python 3.11+ and make.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+# The services suite's defaults: this machine's PostgreSQL (trust auth) and Redis.
+SERVICES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ethan
+SERVICES_BROKER_URL ?= redis://127.0.0.1:6379/15
+# Tests never read the developer's ~/.ethan (its config.yaml would change their behaviour),
+# and never see a provider key: no test reaches a real model.
+TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USER \
+	-u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u GOOGLE_API_KEY -u GEMINI_API_KEY \
+	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY ETHAN_HOME=$(CURDIR)/.test-home
+
+.PHONY: install chat test test-services lint format serve worker beat bench migrate clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Ethan needs Python 3.11 or newer")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+migrate: install
+	$(PY) manage.py migrate --noinput
+
+# The console on the embedded default: SQLite under $ETHAN_HOME (~/.ethan), no broker.
+chat: migrate
+	$(VENV)/bin/ethan $(ARGS)
+
+# The whole suite on SQLite with no broker and no network (the services tests are deselected).
+test: install
+	$(TEST_ENV) $(PY) -m pytest -m "not services" $(PYTEST_ARGS)
+
+# The same suite against PostgreSQL and a Redis broker, plus the tests that start a real
+# Celery worker process. .ci/run makes sure both services are up first.
+test-services: install
+	$(TEST_ENV) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER_URL) \
+		$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+serve: migrate
+	$(VENV)/bin/gunicorn ethan_site.wsgi:application --bind $${ETHAN_BIND:-127.0.0.1:8000} \
+		--workers $${WEB_CONCURRENCY:-2} --access-logfile -
+
+worker: migrate
+	$(VENV)/bin/celery -A ethan_site worker --queues memory,channels --loglevel INFO
+
+beat: migrate
+	$(VENV)/bin/celery -A ethan_site beat --loglevel INFO
+
+# The quick benchmark set; each appends its results to docs/benchmarks.md.
+bench: install
+	$(PY) -m bench.session_search --quick
+
+clean:
+	rm -rf $(VENV) .test-home .bench-home .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,18 @@
+from django.apps import AppConfig
+
+
+class EthanSiteConfig(AppConfig):
+    """Project-wide wiring: the embedded task runner and the periodic task declarations."""
+
+    name = "ethan_site"
+    verbose_name = "Ethan"
+
+    def ready(self) -> None:
+        from django.core.signals import request_finished
+        from django.db.models.signals import post_migrate
+
+        from ethan_site import queue, schedule
+
+        # Embedded mode runs deferred tasks once the response has been sent.
+        request_finished.connect(queue.on_request_finished, dispatch_uid="ethan_run_deferred")
+        post_migrate.connect(schedule.on_post_migrate, dispatch_uid="ethan_schedule")

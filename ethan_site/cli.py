@@ -1,0 +1,75 @@
+"""The `ethan` console script, with the original CLI's words.
+
+    ethan                          a new conversation (ethan_chat)
+    ethan -r last | -r ID          continue one; --model, --mode, --user as in ethan_chat
+    ethan chat [...]               the same, spelled out
+    ethan session list|show|delete|search ...
+    ethan import|export [--home DIR]
+    ethan manage COMMAND [...]     any manage.py command (migrate, createsuperuser, ...)
+
+On the embedded SQLite database it applies pending migrations first, so a fresh install works
+without a separate set-up step; a shared PostgreSQL is migrated by its operator (`make migrate`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Words that name a management command of their own; anything else goes to ethan_chat.
+SUBCOMMANDS = {
+    "chat": "ethan_chat",
+    "session": "ethan_session",
+    "import": "ethan_import",
+    "export": "ethan_export",
+    "token": "ethan_token",
+}
+
+
+def route(argv: list[str]) -> list[str]:
+    """`ethan` arguments → manage.py arguments."""
+    if argv and argv[0] == "manage":
+        return argv[1:] or ["help"]
+    if argv and argv[0] in SUBCOMMANDS:
+        return [SUBCOMMANDS[argv[0]], *argv[1:]]
+    if argv and argv[0] in ("-h", "--help", "help"):
+        return ["help_ethan"]
+    return ["ethan_chat", *argv]
+
+
+def _migrate_embedded() -> None:
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import DEFAULT_DB_ALIAS, connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
+        return
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        call_command("migrate", interactive=False, verbosity=0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
+    import django
+    from django.core.management import ManagementUtility
+
+    from ethan_site.config import ConfigError
+
+    args = route(argv)
+    if args == ["help_ethan"]:
+        sys.stdout.write(__doc__.split("\n\n", 2)[1] + "\n")
+        return
+    try:
+        django.setup()
+        _migrate_embedded()
+        ManagementUtility(["ethan", *args]).execute()
+    except ConfigError as exc:
+        sys.stderr.write(f"ethan: configuration error: {exc}\n")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""Periodic tasks, declared in the database for django-celery-beat's DatabaseScheduler.
+
+Declared with update_or_create by name after every migrate, never deleted and recreated, so an
+operator's changes in the admin (enabled, last run) survive, and running migrate on many hosts
+at once is harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Periodic:
+    name: str
+    task: str
+    every_seconds: int
+
+
+PERIODIC_TASKS = [
+    # Sessions never start empty (they are written with their first message), but deleting
+    # every message of one in the admin, or an import, can leave one behind.
+    Periodic(name="sessions: remove empty sessions", task="sessions.cleanup_empty",
+             every_seconds=3600),
+]
+
+
+def periodic_tasks_declare(*, using: str = "default") -> int:
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    for periodic in PERIODIC_TASKS:
+        interval, _ = IntervalSchedule.objects.using(using).get_or_create(
+            every=periodic.every_seconds, period=IntervalSchedule.SECONDS
+        )
+        PeriodicTask.objects.using(using).update_or_create(
+            name=periodic.name, defaults={"task": periodic.task, "interval": interval}
+        )
+    return len(PERIODIC_TASKS)
+
+
+def on_post_migrate(sender: Any = None, using: str = "default", **kwargs: Any) -> None:
+    # post_migrate is sent once per app with models; beat's own tables exist once its turn comes.
+    if getattr(sender, "label", None) == "django_celery_beat":
+        periodic_tasks_declare(using=using)

@@ -1,0 +1,206 @@
+"""Ethan's one settings module, driven by the environment.
+
+Precedence for every value: the environment, then $ETHAN_HOME/config.yaml, then the default
+(see ethan_site/config.py and the configuration table in README.md). With nothing set, Ethan runs
+embedded: SQLite under $ETHAN_HOME, no broker (tasks run in-process after the reply), and the
+offline model.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+from ethan_site.config import Config, ConfigError
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+CONFIG = Config.load()
+ETHAN_HOME = CONFIG.home
+
+
+def _system_time_zone() -> str:
+    """The machine's IANA zone: session ids use local time, as the original CLI did."""
+    tz = os.environ.get("TZ", "").lstrip(":")
+    if tz == "UTC" or "/" in tz:
+        return tz
+    localtime = Path("/etc/localtime")
+    if localtime.is_symlink():
+        target = str(localtime.resolve())
+        if "zoneinfo/" in target:
+            return target.split("zoneinfo/", 1)[1]
+    return "UTC"
+
+
+# --- Django core -----------------------------------------------------------------------------
+
+# On by default, as `django-admin startproject` has it: the embedded default is one person's
+# laptop. A deployment sets DJANGO_DEBUG=0, and must then set DJANGO_SECRET_KEY too.
+DEBUG = CONFIG.get("DJANGO_DEBUG", True, bool)
+SECRET_KEY = CONFIG.get("DJANGO_SECRET_KEY", "", str)
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ConfigError(
+            "DJANGO_SECRET_KEY is not set and DJANGO_DEBUG is off: refusing to start. "
+            "Set DJANGO_SECRET_KEY (for example from "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`)."
+        )
+    # Dev-only key, used only while DEBUG is on.
+    SECRET_KEY = "django-insecure-ethan-local-development-only"
+
+ALLOWED_HOSTS = CONFIG.get(
+    "DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [], list
+)
+CSRF_TRUSTED_ORIGINS = CONFIG.get("DJANGO_CSRF_TRUSTED_ORIGINS", [], list)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_celery_beat",
+    "ethan_site",
+    "sessions_app",
+    "memory_app",
+    "profile_app",
+    "episodes_app",
+    "agent_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ethan_site.urls"
+WSGI_APPLICATION = "ethan_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database --------------------------------------------------------------------------------
+
+_default_sqlite = f"sqlite:///{ETHAN_HOME / 'ethan.sqlite3'}"
+DATABASE_URL = CONFIG.get("DATABASE_URL", _default_sqlite, str)
+try:
+    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+except (ValueError, KeyError) as exc:  # dj-database-url raises these for unknown schemes
+    raise ConfigError(f"DATABASE_URL from {CONFIG.source_of('DATABASE_URL')}: {exc}") from exc
+
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    if _database["NAME"] != ":memory:":
+        Path(_database["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # The console, the web process and the embedded tasks share one file. IMMEDIATE takes the
+    # write lock when a transaction starts, so two writers queue up (up to `timeout` seconds)
+    # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
+    # readers go on while one writes.
+    _database["CONN_MAX_AGE"] = 0
+    _database["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth, i18n, static ----------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = CONFIG.get("ETHAN_TIME_ZONE", _system_time_zone(), str)
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = CONFIG.get("DJANGO_STATIC_ROOT", str(ETHAN_HOME / "static"), str)
+
+# --- Ethan -----------------------------------------------------------------------------------
+
+# How many sessions `ethan session list` and GET /api/sessions show by default.
+ETHAN_SESSION_LIST_LIMIT = CONFIG.get("ETHAN_SESSION_LIST_LIMIT", 20, int)
+# The console's local user when --user is not given: the OS login name.
+ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
+# The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).
+ETHAN_MODEL = CONFIG.get("ETHAN_MODEL", "", str)
+
+# --- Celery ----------------------------------------------------------------------------------
+# One block. Unset broker = embedded mode: ethan_site.queue.enqueue() runs tasks in this process
+# once the reply has been delivered (after the console prints it, or when Django has finished
+# sending the HTTP response), so nothing needs Redis on a laptop.
+
+CELERY_BROKER_URL = CONFIG.get("CELERY_BROKER_URL", "", str)
+ETHAN_EMBEDDED = not CELERY_BROKER_URL
+if ETHAN_EMBEDDED:
+    # Never reach for a default amqp://localhost: anything enqueued by hand runs in-process.
+    CELERY_BROKER_URL = "memory://"
+    CELERY_TASK_ALWAYS_EAGER = True
+    CELERY_TASK_EAGER_PROPAGATES = True
+
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_TASK_IGNORE_RESULT = True  # tasks write their results to the database
+CELERY_TIMEZONE = TIME_ZONE
+# The longest task is a consolidation with a few model calls; the hard limit kills a stuck one.
+CELERY_TASK_SOFT_TIME_LIMIT = CONFIG.get("ETHAN_TASK_SOFT_TIME_LIMIT", 240, int)
+CELERY_TASK_TIME_LIMIT = CONFIG.get("ETHAN_TASK_TIME_LIMIT", 300, int)
+# A task is acknowledged when it finishes, so a worker killed mid-task has it redelivered; the
+# tasks claim their work with conditional updates, so running twice is safe.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis redelivers an unacknowledged task after the visibility timeout. It must exceed the
+# longest task (time limit) plus the longest retry countdown (retry_backoff caps at 600 s),
+# or a slow task would be handed to a second worker while the first still runs it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": max(3600, CELERY_TASK_TIME_LIMIT + 600 + 60),
+}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Memory work and channel replies on separate queues, so a backlog of consolidation never
+# delays a Lark answer. Workers listen on both unless told otherwise (-Q).
+CELERY_TASK_DEFAULT_QUEUE = "memory"
+CELERY_TASK_ROUTES = {
+    "channels.*": {"queue": "channels"},
+    "memory.*": {"queue": "memory"},
+    "sessions.*": {"queue": "memory"},
+    "episodes.*": {"queue": "memory"},
+}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+# --- Logging ---------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["stderr"], "level": CONFIG.get("ETHAN_LOG_LEVEL", "WARNING", str)},
+}

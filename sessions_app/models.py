@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ChatSession(models.Model):
+    """One conversation. Written to the database only with its first message (lazy persistence)."""
+
+    class Mode(models.TextChoices):
+        WORK = "work"
+        COMPANION = "companion"
+
+    class Channel(models.TextChoices):
+        CONSOLE = "console"
+        API = "api"
+        LARK = "lark"
+        IMPORT = "import"
+
+    # s_YYYYMMDD_HHMM_xxxx, as the original CLI named them (see ids.py).
+    id = models.CharField(primary_key=True, max_length=32)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.CASCADE, related_name="chat_sessions"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.WORK)
+    channel = models.CharField(max_length=16, choices=Channel.choices, default=Channel.CONSOLE)
+    # The seq of the newest message. Appends claim the next seq by incrementing it, which also
+    # serialises concurrent appends to one session (see services.message_append).
+    last_seq = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "session"
+        indexes = [
+            # session_list and `-r last`: one owner's sessions, newest activity first.
+            models.Index(fields=["owner", "-updated_at"], name="session_owner_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.title}".strip()
+
+    @property
+    def is_persisted(self) -> bool:
+        return not self._state.adding
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        SYSTEM = "system"
+        USER = "user"
+        ASSISTANT = "assistant"
+        TOOL = "tool"
+
+    session = models.ForeignKey(ChatSession, models.CASCADE, related_name="messages")
+    # 1, 2, 3… per session with no gaps: the conversation's order, and "messages by position"
+    # for imports.
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    # The assistant's tool calls, as the provider-neutral list [{id, name, arguments}].
+    tool_calls = models.JSONField(null=True, blank=True)
+    # On a tool message: which call it answers.
+    tool_call_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # Also the index that serves a session's messages in order.
+            models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.role}: {self.content[:40]}"

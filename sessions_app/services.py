@@ -1,0 +1,151 @@
+"""Writes of layer 1: starting, appending to, ending, deleting and cleaning up sessions."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, OuterRef
+from django.utils import timezone
+
+from sessions_app.ids import new_session_id
+from sessions_app.models import ChatSession, Message
+
+TITLE_LENGTH = 40
+ID_ATTEMPTS = 10
+
+
+def title_from(text: str) -> str:
+    """The first 40 characters of a message, whitespace collapsed (Chinese counts per character)."""
+    return " ".join(text.split())[:TITLE_LENGTH]
+
+
+def local_user_get_or_create(*, username: str | None = None) -> AbstractBaseUser:
+    """The console's owner: --user, else ETHAN_USER, else the OS login name; made on first use."""
+    from django.conf import settings
+
+    name = (username or settings.ETHAN_CONSOLE_USER or getpass.getuser()).strip()
+    if not name:
+        raise ValueError("a user name is required")
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(**{user_model.USERNAME_FIELD: name})
+    if created:
+        # A console user signs in by being at the console; it has no password to guess.
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
+def session_start(
+    *,
+    owner: AbstractBaseUser,
+    model: str = "",
+    mode: str = ChatSession.Mode.WORK,
+    channel: str = ChatSession.Channel.CONSOLE,
+) -> ChatSession:
+    """A new session in memory only: nothing is written until its first message is appended."""
+    now = timezone.now()
+    session = ChatSession(
+        id=new_session_id(now),
+        owner=owner,
+        model=model,
+        mode=mode,
+        channel=channel,
+        created_at=now,
+        updated_at=now,
+    )
+    session.full_clean(exclude=["id", "owner"], validate_unique=False)
+    return session
+
+
+def _session_insert(session: ChatSession) -> None:
+    """Write a started session, drawing a new id if another session already took this one."""
+    for _attempt in range(ID_ATTEMPTS):
+        try:
+            # A savepoint, so a collision leaves the surrounding transaction usable.
+            with transaction.atomic():
+                session.save(force_insert=True)
+            return
+        except IntegrityError:
+            if not ChatSession.objects.filter(pk=session.pk).exists():
+                raise  # not an id collision: let the real error out
+            session.id = new_session_id(session.created_at)
+    raise IntegrityError(f"could not find a free session id after {ID_ATTEMPTS} attempts")
+
+
+@transaction.atomic
+def message_append(
+    *,
+    session: ChatSession,
+    role: str,
+    content: str,
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_call_id: str = "",
+) -> Message:
+    """Append one message; the first one writes the session row itself."""
+    now = timezone.now()
+    message = Message(
+        session=session,
+        seq=0,
+        role=role,
+        content=content,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id or "",
+        created_at=now,
+    )
+    # Validate before anything is written (role, lengths); the database checks the rest.
+    message.full_clean(exclude=["session", "seq"], validate_unique=False,
+                       validate_constraints=False)
+
+    if not session.is_persisted:
+        if role == Message.Role.USER:
+            session.title = title_from(content)
+        _session_insert(session)
+    elif role == Message.Role.USER and not session.title:
+        ChatSession.objects.filter(pk=session.pk, title="").update(title=title_from(content))
+        session.title = title_from(content)
+
+    # Claim the next seq. The UPDATE takes the session row's write lock until commit, so
+    # concurrent appends to one session queue here and each reads the seq it just wrote; a
+    # rolled-back append gives its seq back, so seqs stay gap-free.
+    ChatSession.objects.filter(pk=session.pk).update(last_seq=F("last_seq") + 1, updated_at=now)
+    message.seq = ChatSession.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+    message.session = session  # the insert may have drawn a new id after a collision
+    message.save(force_insert=True)
+    session.last_seq = message.seq
+    session.updated_at = now
+    return message
+
+
+def session_end(*, session: ChatSession) -> None:
+    """Mark a persisted session as ended (console exit); an unsaved one has nothing to end."""
+    if session.is_persisted and session.ended_at is None:
+        session.ended_at = timezone.now()
+        ChatSession.objects.filter(pk=session.pk, ended_at=None).update(ended_at=session.ended_at)
+
+
+@transaction.atomic
+def session_delete(*, session: ChatSession) -> int:
+    """Delete a session and its messages; returns how many messages went with it."""
+    count = session.messages.count()
+    session.delete()
+    return count
+
+
+def sessions_cleanup_empty(
+    *, owner: AbstractBaseUser | None = None, session_ids: list[str] | None = None
+) -> int:
+    """Delete sessions with no messages (the design runs this on console exit).
+
+    Limited to one owner and/or to the given ids when those are passed.
+    """
+    empty = ChatSession.objects.filter(~Exists(Message.objects.filter(session=OuterRef("pk"))))
+    if owner is not None:
+        empty = empty.filter(owner=owner)
+    if session_ids is not None:
+        empty = empty.filter(pk__in=session_ids)
+    _, deleted = empty.delete()
+    return deleted.get(ChatSession._meta.label, 0)
