@@ -72,8 +72,9 @@ class Command(BaseCommand):
             )
             if not confirmed(prompt, options.get("stdin") or sys.stdin, self.stdout):
                 raise CommandError(f"not deleted: {session.id} is unchanged")
+        session_id = session.id  # delete() clears the instance's pk
         count = services.session_delete(session=session)
-        self._print(f"Deleted {session.id} and its {count} messages.")
+        self._print(f"Deleted {session_id} and its {count} messages.")
 
     def _print(self, text: str) -> None:
         self.stdout.write(text)

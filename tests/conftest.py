@@ -1,0 +1,75 @@
+"""The cast shared by success and failure cases: an owner, a second owner, an outsider."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from sessions_app import services
+from sessions_app.models import ChatSession, Message
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def owner(db):
+    return get_user_model().objects.create_user(username="ada")
+
+
+@pytest.fixture
+def other_owner(db):
+    return get_user_model().objects.create_user(username="grace")
+
+
+@pytest.fixture
+def outsider(db):
+    return get_user_model().objects.create_user(username="mallory")
+
+
+@pytest.fixture
+def make_session():
+    """A persisted session with the given user/assistant lines, alternating from the user."""
+
+    def make(owner, *lines: str, channel: str = ChatSession.Channel.CONSOLE) -> ChatSession:
+        session = services.session_start(owner=owner, channel=channel)
+        for index, line in enumerate(lines):
+            role = Message.Role.USER if index % 2 == 0 else Message.Role.ASSISTANT
+            services.message_append(session=session, role=role, content=line)
+        return session
+
+    return make
+
+
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment for a child process on an embedded home of its own."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE",
+                       "DJANGO_DEBUG", "DJANGO_SECRET_KEY", "ETHAN_USER"}
+    }
+    env["ETHAN_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
+    """Run the `ethan` console script as a person would, in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ethan_site.cli", *args],
+        input=stdin, capture_output=True, text=True, cwd=ROOT, env=clean_env(home, **extra),
+        timeout=60,
+    )
+
+
+def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        input=stdin, capture_output=True, text=True, cwd=ROOT, env=clean_env(home, **extra),
+        timeout=60,
+    )

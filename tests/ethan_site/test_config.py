@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ethan_site.config import Config, ConfigError, ethan_home
+from tests.conftest import run_ethan, run_manage
+
+
+def write_config(home: Path, text: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(textwrap.dedent(text), encoding="utf-8")
+
+
+def test_home_defaults_to_dot_ethan(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/ada")
+    assert ethan_home({}) == Path("/home/ada/.ethan")
+    assert ethan_home({"ETHAN_HOME": "/srv/ethan"}) == Path("/srv/ethan")
+
+
+def test_precedence_environment_then_file_then_default(tmp_path):
+    write_config(tmp_path, """
+        model: claude-sonnet-4-6
+        DATABASE_URL: postgres://db/from_file
+        memory:
+          hot_size: 12
+        django_debug: false
+    """)
+    config = Config.load({"ETHAN_HOME": str(tmp_path), "DATABASE_URL": "sqlite:///env.db"})
+    assert config.get("DATABASE_URL", "default", str) == "sqlite:///env.db"
+    assert config.get("ETHAN_MODEL", "offline", str) == "claude-sonnet-4-6"
+    assert config.get("ETHAN_MEMORY_HOT_SIZE", 10, int) == 12
+    assert config.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int) == 20
+    assert config.get("DJANGO_DEBUG", True, bool) is False
+    assert config.source_of("DATABASE_URL") == "environment variable DATABASE_URL"
+    assert config.source_of("ETHAN_MODEL") == f"{tmp_path / 'config.yaml'}, line 2 (model)"
+    assert config.source_of("CELERY_BROKER_URL") == "default"
+
+
+def test_missing_or_empty_file_means_defaults(tmp_path):
+    assert Config.load({"ETHAN_HOME": str(tmp_path)}).get("ETHAN_MODEL", "x", str) == "x"
+    write_config(tmp_path, "# nothing yet\n")
+    assert Config.load({"ETHAN_HOME": str(tmp_path)}).file_values == {}
+
+
+def test_broken_yaml_names_the_file_and_line(tmp_path):
+    write_config(tmp_path, "model: gpt-4o\nmemory:\n  hot_size: [10\n  warm: 2\n")
+    with pytest.raises(ConfigError) as error:
+        Config.load({"ETHAN_HOME": str(tmp_path)})
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'config.yaml'}, line 4")
+    assert "invalid YAML" in message
+
+
+def test_config_must_be_a_mapping(tmp_path):
+    write_config(tmp_path, "- model\n- gpt-4o\n")
+    with pytest.raises(ConfigError, match=r"config.yaml, line 1: expected a mapping"):
+        Config.load({"ETHAN_HOME": str(tmp_path)})
+
+
+def test_bad_values_name_their_source(tmp_path):
+    write_config(tmp_path, "model: x\nmemory:\n  hot_size: many\n")
+    config = Config.load({"ETHAN_HOME": str(tmp_path), "DJANGO_DEBUG": "maybe"})
+    with pytest.raises(ConfigError, match=r"config.yaml, line 3 \(memory_hot_size\): invalid"):
+        config.get("ETHAN_MEMORY_HOT_SIZE", 10, int)
+    with pytest.raises(ConfigError, match="DJANGO_DEBUG from environment variable DJANGO_DEBUG"):
+        config.get("DJANGO_DEBUG", True, bool)
+
+
+def test_lists_from_env_and_file(tmp_path):
+    write_config(tmp_path, "django_allowed_hosts: [a.example, b.example]\n")
+    config = Config.load({"ETHAN_HOME": str(tmp_path)})
+    assert config.get("DJANGO_ALLOWED_HOSTS", [], list) == ["a.example", "b.example"]
+    config = Config.load({"ETHAN_HOME": str(tmp_path), "DJANGO_ALLOWED_HOSTS": "x, y"})
+    assert config.get("DJANGO_ALLOWED_HOSTS", [], list) == ["x", "y"]
+
+
+SHOW = (
+    "from django.conf import settings as s; print(s.DATABASES['default']['NAME'], "
+    "s.ETHAN_MODEL, s.DEBUG, s.ETHAN_EMBEDDED, s.TIME_ZONE, sep='|')"
+)
+
+
+def _settings(home: Path, **env: str) -> list[str]:
+    result = run_manage(["shell", "-v", "0", "-c", SHOW], home, **env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split("|")
+
+
+def test_settings_module_follows_the_precedence(tmp_path):
+    """End to end: the real settings module in a child process."""
+    # Embedded defaults: SQLite under ETHAN_HOME, no model chosen, DEBUG on, no broker.
+    assert _settings(tmp_path, TZ="UTC") == [
+        str(tmp_path / "ethan.sqlite3"), "", "True", "True", "UTC"
+    ]
+    write_config(tmp_path, f"database_url: sqlite:///{tmp_path}/from_file.sqlite3\n"
+                           "model: gemini-2.5-flash\nethan_time_zone: Asia/Shanghai\n")
+    assert _settings(tmp_path) == [
+        f"{tmp_path}/from_file.sqlite3", "gemini-2.5-flash", "True", "True", "Asia/Shanghai"
+    ]
+    assert _settings(tmp_path, ETHAN_MODEL="offline", CELERY_BROKER_URL="redis://h:1/0") == [
+        f"{tmp_path}/from_file.sqlite3", "offline", "True", "False", "Asia/Shanghai"
+    ]
+
+
+def test_debug_off_without_secret_key_refuses_to_start(tmp_path):
+    refused = run_manage(["check"], tmp_path, DJANGO_DEBUG="0")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("ethan: configuration error: DJANGO_SECRET_KEY is not set")
+    assert "Traceback" not in refused.stderr
+    started = run_manage(["check", "--deploy", "--fail-level", "CRITICAL"], tmp_path,
+                         DJANGO_DEBUG="0", DJANGO_SECRET_KEY="k" * 50)
+    assert started.returncode == 0, started.stderr
+
+
+def test_broken_config_is_one_line_from_every_entry_point(tmp_path):
+    write_config(tmp_path, "model: [gpt-4o\n")
+    for result in (run_manage(["check"], tmp_path), run_ethan(["session", "list"], tmp_path)):
+        assert result.returncode == 1
+        assert result.stderr.count("\n") == 1
+        assert result.stderr.startswith(
+            f"ethan: configuration error: {tmp_path / 'config.yaml'}, line 2"
+        )

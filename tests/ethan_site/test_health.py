@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+
+from ethan_site.celery import app as celery_app
+
+
+@pytest.fixture
+def broker(settings):
+    """Point the Celery app at a broker URL for one test, then put the old one back."""
+    old = celery_app.conf.broker_url
+
+    def use(url: str) -> None:
+        settings.ETHAN_EMBEDDED = False
+        celery_app.conf.broker_url = url
+
+    yield use
+    celery_app.conf.broker_url = old
+
+
+@pytest.mark.django_db
+def test_healthz_embedded(client, settings):
+    settings.ETHAN_EMBEDDED = True
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "embedded"}
+
+
+@pytest.mark.django_db
+def test_healthz_unreachable_broker_is_503(client, broker):
+    broker("redis://127.0.0.1:1/0")  # port 1: nothing listens there
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "error" and body["database"] == "ok"
+    assert body["broker"].startswith("error: ")
+    assert "127.0.0.1" not in body["broker"]  # no connection details leak out
+
+
+@pytest.mark.django_db
+def test_healthz_is_get_only(client):
+    assert client.post("/healthz").status_code == 405
