@@ -45,7 +45,9 @@ class Console:
 
     def _new_session(self) -> ChatSession:
         return services.session_start(
-            owner=self.owner, model=self.model, mode=self.mode,
+            owner=self.owner,
+            model=self.model,
+            mode=self.mode,
             channel=ChatSession.Channel.CONSOLE,
         )
 

@@ -18,6 +18,4 @@ def mode_parse(value: str | None) -> str:
     try:
         return MODE_ALIASES[value.strip().lower()]
     except KeyError:
-        raise ValueError(
-            f"unknown mode {value!r}: use one of {', '.join(MODE_ALIASES)}"
-        ) from None
+        raise ValueError(f"unknown mode {value!r}: use one of {', '.join(MODE_ALIASES)}") from None

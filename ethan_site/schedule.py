@@ -21,8 +21,9 @@ class Periodic:
 PERIODIC_TASKS = [
     # Sessions never start empty (they are written with their first message), but deleting
     # every message of one in the admin, or an import, can leave one behind.
-    Periodic(name="sessions: remove empty sessions", task="sessions.cleanup_empty",
-             every_seconds=3600),
+    Periodic(
+        name="sessions: remove empty sessions", task="sessions.cleanup_empty", every_seconds=3600
+    ),
 ]
 
 

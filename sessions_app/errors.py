@@ -11,6 +11,5 @@ class SessionAmbiguous(SessionError):
         self.ref = ref
         self.candidates = candidates
         super().__init__(
-            f"session '{ref}' is ambiguous: it matches {', '.join(candidates)}; "
-            "give more of the id"
+            f"session '{ref}' is ambiguous: it matches {', '.join(candidates)}; give more of the id"
         )

@@ -97,8 +97,9 @@ def message_append(
         created_at=now,
     )
     # Validate before anything is written (role, lengths); the database checks the rest.
-    message.full_clean(exclude=["session", "seq"], validate_unique=False,
-                       validate_constraints=False)
+    message.full_clean(
+        exclude=["session", "seq"], validate_unique=False, validate_constraints=False
+    )
 
     if not session.is_persisted:
         if role == Message.Role.USER:

@@ -50,8 +50,15 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in {"DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE",
-                       "DJANGO_DEBUG", "DJANGO_SECRET_KEY", "ETHAN_USER"}
+        if key
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "DJANGO_SETTINGS_MODULE",
+            "DJANGO_DEBUG",
+            "DJANGO_SECRET_KEY",
+            "ETHAN_USER",
+        }
     }
     env["ETHAN_HOME"] = str(home)
     env.update(extra)
@@ -62,7 +69,11 @@ def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
     """Run the `ethan` console script as a person would, in a child process."""
     return subprocess.run(
         [sys.executable, "-m", "ethan_site.cli", *args],
-        input=stdin, capture_output=True, text=True, cwd=ROOT, env=clean_env(home, **extra),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(home, **extra),
         timeout=60,
     )
 
@@ -70,6 +81,10 @@ def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
 def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
     return subprocess.run(
         [sys.executable, "manage.py", *args],
-        input=stdin, capture_output=True, text=True, cwd=ROOT, env=clean_env(home, **extra),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(home, **extra),
         timeout=60,
     )

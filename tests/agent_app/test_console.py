@@ -20,7 +20,10 @@ def test_console_stores_messages_and_lists_sessions(owner):
     out = chat("--user", "ada", "--model", "offline", stdin="hello Ethan\n/sessions\n/exit\n")
     session = ChatSession.objects.get()
     assert (session.owner, session.title, session.model, session.channel) == (
-        owner, "hello Ethan", "offline", "console",
+        owner,
+        "hello Ethan",
+        "offline",
+        "console",
     )
     assert list(session.messages.values_list("seq", "role", "content")) == [
         (1, "user", "hello Ethan")
@@ -42,7 +45,9 @@ def test_console_resume_last_and_by_tail(owner, make_session):
     out = chat("--user", "ada", "-r", "last", stdin="more on that\n")
     assert out.startswith(f"Resumed {old.id}: first topic\n  user: first topic\n")
     assert list(old.messages.values_list("seq", "content")) == [
-        (1, "first topic"), (2, "first answer"), (3, "more on that"),
+        (1, "first topic"),
+        (2, "first answer"),
+        (3, "more on that"),
     ]
 
     out = chat("--user", "ada", stdin=f"/resume {old.id[-4:]}\n/resume nope\n/new\nfresh\n")

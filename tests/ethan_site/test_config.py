@@ -21,13 +21,16 @@ def test_home_defaults_to_dot_ethan(monkeypatch):
 
 
 def test_precedence_environment_then_file_then_default(tmp_path):
-    write_config(tmp_path, """
+    write_config(
+        tmp_path,
+        """
         model: claude-sonnet-4-6
         DATABASE_URL: postgres://db/from_file
         memory:
           hot_size: 12
         django_debug: false
-    """)
+    """,
+    )
     config = Config.load({"ETHAN_HOME": str(tmp_path), "DATABASE_URL": "sqlite:///env.db"})
     assert config.get("DATABASE_URL", "default", str) == "sqlite:///env.db"
     assert config.get("ETHAN_MODEL", "offline", str) == "claude-sonnet-4-6"
@@ -93,15 +96,30 @@ def test_settings_module_follows_the_precedence(tmp_path):
     """End to end: the real settings module in a child process."""
     # Embedded defaults: SQLite under ETHAN_HOME, no model chosen, DEBUG on, no broker.
     assert _settings(tmp_path, TZ="UTC") == [
-        str(tmp_path / "ethan.sqlite3"), "", "True", "True", "UTC"
+        str(tmp_path / "ethan.sqlite3"),
+        "",
+        "True",
+        "True",
+        "UTC",
     ]
-    write_config(tmp_path, f"database_url: sqlite:///{tmp_path}/from_file.sqlite3\n"
-                           "model: gemini-2.5-flash\nethan_time_zone: Asia/Shanghai\n")
+    write_config(
+        tmp_path,
+        f"database_url: sqlite:///{tmp_path}/from_file.sqlite3\n"
+        "model: gemini-2.5-flash\nethan_time_zone: Asia/Shanghai\n",
+    )
     assert _settings(tmp_path) == [
-        f"{tmp_path}/from_file.sqlite3", "gemini-2.5-flash", "True", "True", "Asia/Shanghai"
+        f"{tmp_path}/from_file.sqlite3",
+        "gemini-2.5-flash",
+        "True",
+        "True",
+        "Asia/Shanghai",
     ]
     assert _settings(tmp_path, ETHAN_MODEL="offline", CELERY_BROKER_URL="redis://h:1/0") == [
-        f"{tmp_path}/from_file.sqlite3", "offline", "True", "False", "Asia/Shanghai"
+        f"{tmp_path}/from_file.sqlite3",
+        "offline",
+        "True",
+        "False",
+        "Asia/Shanghai",
     ]
 
 
@@ -110,8 +128,12 @@ def test_debug_off_without_secret_key_refuses_to_start(tmp_path):
     assert refused.returncode == 1
     assert refused.stderr.startswith("ethan: configuration error: DJANGO_SECRET_KEY is not set")
     assert "Traceback" not in refused.stderr
-    started = run_manage(["check", "--deploy", "--fail-level", "CRITICAL"], tmp_path,
-                         DJANGO_DEBUG="0", DJANGO_SECRET_KEY="k" * 50)
+    started = run_manage(
+        ["check", "--deploy", "--fail-level", "CRITICAL"],
+        tmp_path,
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY="k" * 50,
+    )
     assert started.returncode == 0, started.stderr
 
 

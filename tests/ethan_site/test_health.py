@@ -6,12 +6,14 @@ from ethan_site.celery import app as celery_app
 
 
 @pytest.fixture
-def broker(settings):
+def broker(settings, monkeypatch):
     """Point the Celery app at a broker URL for one test, then put the old one back."""
     old = celery_app.conf.broker_url
 
     def use(url: str) -> None:
         settings.ETHAN_EMBEDDED = False
+        # Celery reads the environment variable before its own configuration.
+        monkeypatch.setenv("CELERY_BROKER_URL", url)
         celery_app.conf.broker_url = url
 
     yield use

@@ -44,7 +44,7 @@ def test_list_show_and_search(owner, other_owner, make_session):
 def test_unknown_and_ambiguous_ids_are_one_line_errors(owner):
     ChatSession.objects.create(id="s_20260611_1753_a139", owner=owner)
     ChatSession.objects.create(id="s_20260611_1754_b139", owner=owner)
-    with pytest.raises(CommandError, match="^no session matches 'zzzz'$"):
+    with pytest.raises(CommandError, match=r"^no session matches 'zzzz'$"):
         session_cmd("--user", "ada", "show", "zzzz")
     with pytest.raises(CommandError, match="ambiguous: it matches") as error:
         session_cmd("--user", "ada", "delete", "139", "--yes")

@@ -39,14 +39,19 @@ def test_session_start_writes_nothing(owner, django_assert_num_queries):
 def test_first_user_message_writes_the_session_and_title(owner):
     session = services.session_start(owner=owner, model="offline", mode="companion")
     message = services.message_append(
-        session=session, role=Message.Role.USER, content="  Plan   the\nlaunch  of the memory server next week please  "
+        session=session,
+        role=Message.Role.USER,
+        content="  Plan   the\nlaunch  of the memory server next week please  ",
     )
     stored = ChatSession.objects.get(pk=session.pk)
     assert stored.owner == owner
     assert stored.title == "Plan the launch of the memory server nex"
     assert len(stored.title) == 40
     assert (stored.model, stored.mode, stored.channel, stored.last_seq) == (
-        "offline", "companion", "console", 1,
+        "offline",
+        "companion",
+        "console",
+        1,
     )
     assert (message.seq, message.role, message.session_id) == (1, "user", session.pk)
 
@@ -74,9 +79,11 @@ def test_seq_is_gap_free_and_tool_fields_are_kept(owner):
     services.message_append(session=session, role="assistant", content="", tool_calls=calls)
     services.message_append(session=session, role="tool", content="ok", tool_call_id="call_1")
     services.message_append(session=session, role="assistant", content="done")
-    rows = list(selectors.session_messages(session=session).values_list(
-        "seq", "role", "tool_calls", "tool_call_id"
-    ))
+    rows = list(
+        selectors.session_messages(session=session).values_list(
+            "seq", "role", "tool_calls", "tool_call_id"
+        )
+    )
     assert rows == [
         (1, "user", None, ""),
         (2, "assistant", calls, ""),
@@ -171,8 +178,9 @@ def test_list_is_newest_first_limited_and_owner_scoped(owner, other_owner, setti
 
 
 def test_search_matches_title_and_content_in_both_languages(owner, other_owner, make_session):
-    english = make_session(owner, "Plan the Q3 launch", "Sure. What is the deadline?",
-                           "The DEADLINE is Friday")
+    english = make_session(
+        owner, "Plan the Q3 launch", "Sure. What is the deadline?", "The DEADLINE is Friday"
+    )
     chinese = make_session(owner, "帮我写一封邮件", "好的，写给谁？", "写给张三，关于季度计划")
     make_session(other_owner, "my deadline is secret", "ok")
 
@@ -209,7 +217,10 @@ def test_cleanup_empty_removes_only_sessions_without_messages(owner, other_owner
     _with_id(other_owner, "s_20260611_1753_emp2", minutes_ago=1)
 
     assert services.sessions_cleanup_empty(owner=owner) == 1
-    assert set(ChatSession.objects.values_list("pk", flat=True)) == {full.pk, "s_20260611_1753_emp2"}
+    assert set(ChatSession.objects.values_list("pk", flat=True)) == {
+        full.pk,
+        "s_20260611_1753_emp2",
+    }
     assert services.sessions_cleanup_empty() == 1
     assert list(ChatSession.objects.values_list("pk", flat=True)) == [full.pk]
     assert services.sessions_cleanup_empty() == 0

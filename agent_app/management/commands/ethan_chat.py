@@ -27,12 +27,17 @@ class Command(BaseCommand):
     stealth_options = ("stdin",)
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("-r", "--resume", metavar="ID",
-                            help="continue a session: 'last', a full id, or a unique tail")
+        parser.add_argument(
+            "-r",
+            "--resume",
+            metavar="ID",
+            help="continue a session: 'last', a full id, or a unique tail",
+        )
         parser.add_argument("--model", default=None, help="the chat model id")
         parser.add_argument("--mode", default="work", help="work, or companion (陪伴)")
-        parser.add_argument("--user", default=None,
-                            help="whose memory (default: the OS login name)")
+        parser.add_argument(
+            "--user", default=None, help="whose memory (default: the OS login name)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:

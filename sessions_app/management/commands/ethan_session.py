@@ -47,9 +47,11 @@ class Command(BaseCommand):
         action = options["action"]
         try:
             if action == "list":
-                self._print(display.session_table(
-                    selectors.session_list(owner=owner, limit=options["limit"])
-                ))
+                self._print(
+                    display.session_table(
+                        selectors.session_list(owner=owner, limit=options["limit"])
+                    )
+                )
             elif action == "show":
                 session = selectors.session_resolve(owner=owner, ref=options["session_id"])
                 messages = list(selectors.session_messages(session=session))
@@ -59,7 +61,9 @@ class Command(BaseCommand):
             elif action == "search":
                 text = " ".join(options["text"])
                 found = selectors.session_search(owner=owner, query=text, limit=options["limit"])
-                self._print(display.search_results(found) if found else f"Nothing matches {text!r}.")
+                self._print(
+                    display.search_results(found) if found else f"Nothing matches {text!r}."
+                )
         except (SessionError, ValueError) as exc:
             raise CommandError(str(exc)) from None
 

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from ethan_site import queue
+from sessions_app import services
+from sessions_app.models import ChatSession, Message
+from sessions_app.tasks import cleanup_empty
+from tests.services.conftest import wait_for
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueued_task_runs_on_a_real_worker(celery_worker_process, owner, make_session):
+    kept = make_session(owner, "hello", "hi")
+    ChatSession.objects.create(id="s_20260101_0000_empt", owner=owner)
+
+    queue.enqueue(cleanup_empty)  # autocommit: sent to Redis at once
+
+    assert wait_for(lambda: not ChatSession.objects.filter(pk="s_20260101_0000_empt").exists())
+    assert list(ChatSession.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert celery_worker_process.poll() is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_inside_a_transaction_waits_for_commit(celery_worker_process, owner):
+    from django.db import transaction
+
+    with transaction.atomic():
+        ChatSession.objects.create(id="s_20260101_0000_emp2", owner=owner)
+        queue.enqueue(cleanup_empty)
+        # Not yet sent: were it, a worker could run before this row is visible to it.
+    assert wait_for(lambda: not ChatSession.objects.exists())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appends_to_one_session_are_gap_free(services_ready, owner, make_session):
+    session = make_session(owner, "start")
+    threads, per_thread = 8, 25
+    errors: list[BaseException] = []
+
+    def append_many(index: int) -> None:
+        try:
+            mine = ChatSession.objects.get(pk=session.pk)
+            for n in range(per_thread):
+                services.message_append(session=mine, role="user", content=f"{index}-{n}")
+        except BaseException as exc:  # reported below, in the test's own thread
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=append_many, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+    assert errors == []
+    total = 1 + threads * per_thread
+    seqs = list(
+        Message.objects.filter(session=session).order_by("seq").values_list("seq", flat=True)
+    )
+    assert seqs == list(range(1, total + 1))
+    assert ChatSession.objects.get(pk=session.pk).last_seq == total
+    # Each thread's own messages kept their order.
+    for index in range(threads):
+        contents = list(
+            Message.objects.filter(session=session, content__startswith=f"{index}-")
+            .order_by("seq")
+            .values_list("content", flat=True)
+        )
+        assert contents == [f"{index}-{n}" for n in range(per_thread)]
+
+
+@pytest.mark.django_db
+def test_healthz_reports_the_real_broker(services_ready, client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
