@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -140,7 +141,11 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = CONFIG.get("DJANGO_STATIC_ROOT", str(ETHAN_HOME / "static"), str)
+# WhiteNoise finds the apps' static files directly: the admin works under gunicorn without a
+# collectstatic step (a few files; no separate web server needed). Set DJANGO_STATIC_ROOT only
+# to collect them for another server.
+STATIC_ROOT = CONFIG.get("DJANGO_STATIC_ROOT", "", str) or None
+WHITENOISE_USE_FINDERS = True
 
 # --- Ethan -----------------------------------------------------------------------------------
 

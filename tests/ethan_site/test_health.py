@@ -42,3 +42,9 @@ def test_healthz_unreachable_broker_is_503(client, broker):
 @pytest.mark.django_db
 def test_healthz_is_get_only(client):
     assert client.post("/healthz").status_code == 405
+
+
+def test_admin_static_files_are_served_without_collectstatic(client):
+    response = client.get("/static/admin/css/base.css")
+    assert response.status_code == 200
+    assert b"body" in b"".join(response.streaming_content)

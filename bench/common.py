@@ -1,0 +1,69 @@
+"""Shared by the benchmarks: a Django set-up on a throwaway home, timing, and the results file."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "benchmarks.md"
+
+
+def django_setup(fresh_home: bool = True) -> None:
+    """Configure Django on .bench-home (SQLite) unless DATABASE_URL points elsewhere."""
+    home = ROOT / ".bench-home"
+    if fresh_home and home.exists() and "DATABASE_URL" not in os.environ:
+        shutil.rmtree(home)
+    os.environ.setdefault("ETHAN_HOME", str(home))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def percentiles(samples_ms: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples_ms)
+    p50 = statistics.median(ordered)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return p50, p95
+
+
+def machine() -> str:
+    cpus = os.cpu_count() or 0
+    python = platform.python_version()
+    return f"{platform.system()} {platform.machine()}, {cpus} cores, Python {python}"
+
+
+def database_label() -> str:
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        return f"SQLite {connection.Database.sqlite_version}"
+    return f"PostgreSQL {connection.pg_version // 10000}.{connection.pg_version % 10000}"
+
+
+def append_results(title: str, command: str, table: str) -> None:
+    """Append one run to docs/benchmarks.md: what ran, where, when, and the table."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        commit = ""
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    RESULTS.parent.mkdir(exist_ok=True)
+    if not RESULTS.exists():
+        RESULTS.write_text("# Benchmarks\n\nEach run appends its results here (newest last).\n")
+    with RESULTS.open("a", encoding="utf-8") as out:
+        out.write(
+            f"\n## {title}\n\n- command: `{command}`\n- machine: {machine()}\n"
+            f"- database: {database_label()}\n- date: {when}"
+            f"{f' (commit {commit})' if commit else ''}\n\n{table}\n"
+        )
