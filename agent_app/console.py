@@ -6,6 +6,8 @@ answers a message is `reply`, a callable given to it: the turn service once the 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -74,11 +76,8 @@ class Console:
             self.say(f"Ethan: new session {self.session.id}. /help for commands.")
         try:
             while True:
-                if self.stdin.isatty():
-                    self.stdout.write("> ")
-                    self.stdout.flush()
-                line = self.stdin.readline()
-                if line == "":  # end of input
+                line = self.read_line()
+                if line is None:  # end of input
                     break
                 text = line.strip()
                 if not text:
@@ -92,6 +91,21 @@ class Console:
             self.say("")
         finally:
             self.close()
+
+    def read_line(self) -> str | None:
+        """The next line typed, or None at the end of input (Ctrl-D, or the pipe is empty)."""
+        if self.stdin is sys.stdin and self.stdin.isatty():
+            # input() on a terminal gives line editing and history through readline.
+            # readline is not on every platform; plain input() still works without it.
+            with contextlib.suppress(ImportError):
+                import readline  # noqa: F401
+            try:
+                return input("> ")
+            except EOFError:
+                self.say("")
+                return None
+        line = self.stdin.readline()
+        return None if line == "" else line
 
     def chat(self, text: str) -> None:
         answer = self.reply(self.session, text)

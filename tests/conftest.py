@@ -65,10 +65,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
-    """Run the `ethan` console script as a person would, in a child process."""
+def _run(argv: list[str], home: Path, stdin: str, extra: dict[str, str]):
     return subprocess.run(
-        [sys.executable, "-m", "ethan_site.cli", *args],
+        argv,
         input=stdin,
         capture_output=True,
         text=True,
@@ -76,15 +75,12 @@ def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
         env=clean_env(home, **extra),
         timeout=60,
     )
+
+
+def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
+    """Run the `ethan` console script as a person would, in a child process."""
+    return _run([sys.executable, "-m", "ethan_site.cli", *args], home, stdin, extra)
 
 
 def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=clean_env(home, **extra),
-        timeout=60,
-    )
+    return _run([sys.executable, "manage.py", *args], home, stdin, extra)

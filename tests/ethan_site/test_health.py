@@ -48,3 +48,20 @@ def test_admin_static_files_are_served_without_collectstatic(client):
     response = client.get("/static/admin/css/base.css")
     assert response.status_code == 200
     assert b"body" in b"".join(response.streaming_content)
+
+
+def test_healthz_database_down_is_503(tmp_path):
+    """A real unreachable PostgreSQL (nothing listens on port 1), in a child process."""
+    from tests.conftest import run_manage
+
+    probe = (
+        "from django.test import Client; r = Client().get('/healthz'); "
+        "print(r.status_code, r.json()['status'], r.json()['database'][:6])"
+    )
+    result = run_manage(
+        ["shell", "-v", "0", "-c", probe],
+        tmp_path,
+        DATABASE_URL="postgres://nobody@127.0.0.1:1/none",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "503 error error:"
