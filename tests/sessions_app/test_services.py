@@ -255,3 +255,12 @@ def test_append_queries_are_constant(owner, make_session, django_assert_num_quer
     # SELECT it back, INSERT the message, RELEASE. The same however long the session is.
     with django_assert_num_queries(5):
         services.message_append(session=session, role="user", content="third")
+
+
+def test_list_and_search_are_one_query_each(owner, make_session, django_assert_num_queries):
+    for n in range(5):
+        make_session(owner, f"topic {n}", "answer")
+    with django_assert_num_queries(1):
+        assert len(selectors.session_list(owner=owner)) == 5
+    with django_assert_num_queries(1):
+        assert len(selectors.session_search(owner=owner, query="answer")) == 5
