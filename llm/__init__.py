@@ -1,0 +1,37 @@
+"""Ethan's model layer: provider-neutral types, one `complete()` entry point, four providers
+(openai, anthropic, gemini, offline), compression-model routing, structured output and a token
+estimate. Plain Python: nothing here imports Django."""
+
+from llm.client import complete
+from llm.config import configure, default_model
+from llm.errors import (
+    ModelAuthError,
+    ModelConfigError,
+    ModelError,
+    ModelOutputError,
+    ModelRequestError,
+    ModelUnavailable,
+)
+from llm.routing import compression_model_for, provider_for
+from llm.tokens import estimate_tokens
+from llm.types import Completion, Message, ToolCall, ToolSpec, Usage
+
+__all__ = [
+    "Completion",
+    "Message",
+    "ModelAuthError",
+    "ModelConfigError",
+    "ModelError",
+    "ModelOutputError",
+    "ModelRequestError",
+    "ModelUnavailable",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "complete",
+    "compression_model_for",
+    "configure",
+    "default_model",
+    "estimate_tokens",
+    "provider_for",
+]

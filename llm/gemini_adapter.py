@@ -1,0 +1,176 @@
+"""Gemini through google-genai: system_instruction, function_call and function_response parts.
+
+Gemini 3 signs its function calls (thought_signature) and refuses a follow-up request that does
+not echo each signature on the part it came with. The signature travels in ToolCall.meta (base64),
+which is stored with the message, so the loop works across turns and restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import time
+import uuid
+from typing import Any
+
+import httpx2
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from llm import config
+from llm.errors import ModelError, ModelUnavailable
+from llm.provider import Request, status_error
+from llm.routing import GEMINI
+from llm.types import Completion, Message, ToolCall, Usage
+
+
+@functools.lru_cache(maxsize=16)
+def _client(api_key: str, base_url: str | None, timeout: float) -> genai.Client:
+    options = types.HttpOptions(timeout=int(timeout * 1000))  # milliseconds
+    if base_url:
+        options.base_url = base_url
+    return genai.Client(api_key=api_key, http_options=options)
+
+
+def _call_part(call: ToolCall) -> types.Part:
+    meta = call.meta or {}
+    # Send the id back only when Gemini gave one; ours are local stand-ins.
+    function_call = types.FunctionCall(
+        id=call.id if meta.get("gemini_id") else None, name=call.name, args=call.arguments
+    )
+    signature = meta.get("thought_signature")
+    return types.Part(
+        function_call=function_call,
+        thought_signature=base64.b64decode(signature) if signature else None,
+    )
+
+
+def to_wire_contents(messages: tuple[Message, ...]) -> list[types.Content]:
+    """Roles user and model; tool results are function_response parts in a user turn, and
+    consecutive tool results answering one model turn share that user turn."""
+    calls_by_id: dict[str, ToolCall] = {}
+    contents: list[types.Content] = []
+    for message in messages:
+        if message.role == "assistant":
+            parts = [types.Part(text=message.content)] if message.content else []
+            for call in message.tool_calls:
+                calls_by_id[call.id] = call
+                parts.append(_call_part(call))
+            role = "model"
+        elif message.role == "tool":
+            call = calls_by_id.get(message.tool_call_id)
+            name = message.name or (call.name if call else "")
+            response = types.FunctionResponse(
+                id=call.id if call and (call.meta or {}).get("gemini_id") else None,
+                name=name,
+                response={"result": message.content},
+            )
+            parts = [types.Part(function_response=response)]
+            role = "user"
+        else:
+            parts = [types.Part(text=message.content)]
+            role = "user"
+        if not parts:
+            continue
+        if contents and contents[-1].role == role and message.role == "tool":
+            contents[-1].parts.extend(parts)
+        else:
+            contents.append(types.Content(role=role, parts=parts))
+    return contents
+
+
+class GeminiProvider:
+    name = GEMINI
+
+    def complete(self, request: Request) -> Completion:
+        settings = config.current()
+        client = _client(
+            config.api_key(GEMINI, request.model, settings.env),
+            config.base_url(GEMINI, settings.env),
+            request.timeout,
+        )
+        generate_config = types.GenerateContentConfig(
+            system_instruction=request.system or None,
+            max_output_tokens=request.max_tokens,
+            # The tool loop is ours: the SDK must not run Python functions by itself.
+            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        if request.tools:
+            generate_config.tools = [
+                types.Tool(
+                    function_declarations=[
+                        types.FunctionDeclaration(
+                            name=t.name,
+                            description=t.description,
+                            parameters_json_schema=t.parameters,
+                        )
+                        for t in request.tools
+                    ]
+                )
+            ]
+        if request.json_mode:
+            generate_config.response_mime_type = "application/json"
+        started = time.perf_counter()
+        response = client.models.generate_content(
+            model=request.model,
+            contents=to_wire_contents(request.messages),
+            config=generate_config,
+        )
+        latency = (time.perf_counter() - started) * 1000
+        return _completion(request.model, response, latency)
+
+    def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
+        if isinstance(exc, genai_errors.APIError):
+            detail = str(exc.message or exc.status or "")
+            status = exc.code or 500
+            # Gemini answers a bad key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID).
+            if status == 400 and "api key" in detail.lower():
+                status = 401
+            keys = "GOOGLE_API_KEY (or GEMINI_API_KEY)"
+            return status_error("gemini", model, status, detail, keys), None
+        if isinstance(exc, httpx2.TimeoutException):
+            return ModelUnavailable(f"gemini {model!r}: the request timed out"), None
+        if isinstance(exc, httpx2.TransportError):
+            return ModelUnavailable(
+                f"gemini {model!r}: cannot connect ({type(exc).__name__})"
+            ), None
+        raise exc
+
+
+def _completion(model: str, response: types.GenerateContentResponse, latency: float) -> Completion:
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    candidate = response.candidates[0] if response.candidates else None
+    parts = (candidate.content.parts or []) if candidate and candidate.content else []
+    for part in parts:
+        if part.function_call is not None:
+            meta: dict[str, Any] = {}
+            if part.function_call.id:
+                meta["gemini_id"] = True
+            if part.thought_signature:
+                meta["thought_signature"] = base64.b64encode(part.thought_signature).decode()
+            calls.append(
+                ToolCall(
+                    id=part.function_call.id or f"call_{uuid.uuid4().hex[:12]}",
+                    name=part.function_call.name or "",
+                    arguments=dict(part.function_call.args or {}),
+                    meta=meta or None,
+                )
+            )
+        elif part.text and not part.thought:
+            texts.append(part.text)
+    usage = response.usage_metadata
+    finish = candidate.finish_reason if candidate else None
+    return Completion(
+        text="".join(texts),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+            output_tokens=(usage.candidates_token_count or 0) if usage else 0,
+        ),
+        model=model,
+        provider=GEMINI,
+        latency_ms=latency,
+        meta={"finish_reason": str(finish) if finish else None},
+    )

@@ -1,0 +1,375 @@
+"""The offline model: Ethan's embedded default when no provider key is set.
+
+It is a deterministic heuristic, not a language model. Same input, same output; it is meant to
+keep every code path of the memory system working on a laptop with no key (and in tests):
+
+- chat: a brief answer. An explicit memory instruction becomes the matching tool call, when that
+  tool is offered ("记住…"/"remember that…" → memory_write; "以后…"/"从现在起…"/"from now on…"/
+  "always…"/"never…" → procedure_write; "我叫…"/"my name is…" and "我的目标是…"/"my goal is…" →
+  profile_update). After the tool results it confirms what it stored. A question that shares
+  terms with a fact in <memory_context> gets that fact back; otherwise a short acknowledgement.
+- summarize: an extractive summary: the first sentence of each user turn (signal sentences first),
+  in the conversation's language.
+- extract / extract_psych: facts found by patterns, with categories and the design's confidences
+  (0.8; 0.9 for 偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), and in companion mode
+  the user's feelings for the profile's 心理与情绪 section.
+
+Every completion says {"offline": True} in its meta; usage is our token estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from llm.errors import ModelError
+from llm.provider import Request
+from llm.routing import OFFLINE
+from llm.text import language_of, overlap, sentences
+from llm.tokens import estimate_tokens
+from llm.types import Completion, Message, ToolCall, Usage
+
+# --- memory instructions (chat) ----------------------------------------------------------------
+
+_REMEMBER = (
+    re.compile(r"(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*(?P<x>.+)"),
+    re.compile(r"\b(?:please\s+)?remember(?:\s+that)?[:,]?\s+(?P<x>.+)", re.IGNORECASE),
+)
+_PROCEDURE = (
+    re.compile(r"^(?:以后|今后|从现在(?:开始|起))[，,]?(?P<x>.+)"),
+    re.compile(r"^(?:from now on|going forward|always|never)\b[,:]?\s*(?P<x>.+)", re.IGNORECASE),
+)
+_NAME = (
+    re.compile(r"我(?:叫|的名字是)(?P<x>[^\s，。！？,.!?]{1,20})"),
+    re.compile(r"\bmy name is\s+(?P<x>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)", re.IGNORECASE),
+)
+_GOAL = (
+    re.compile(r"我的(?:目标|梦想)是(?P<x>[^。！？!?]+)"),
+    re.compile(r"\bmy goal is\s+(?:to\s+)?(?P<x>[^.!?]+)", re.IGNORECASE),
+)
+
+# --- fact patterns (extraction) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FactRule:
+    category: str
+    confidence: float
+    pattern: re.Pattern[str]
+
+
+_FACT_RULES = (
+    _FactRule("knowledge", 0.95, re.compile(r"记住|\bremember\b", re.IGNORECASE)),
+    _FactRule(
+        "correction",
+        0.9,
+        re.compile(
+            r"纠正|更正|不对[，,]|其实是|\bcorrect(?:ion| that)\b|\bactually\b", re.IGNORECASE
+        ),
+    ),
+    _FactRule("preference", 0.9, re.compile(r"偏好|更喜欢|\bI prefer\b", re.IGNORECASE)),
+    _FactRule(
+        "preference",
+        0.8,
+        re.compile(
+            r"我(?:很|最|更|不)?(?:喜欢|爱|讨厌)|"
+            r"\bI (?:really )?(?:like|love|hate|don't like|enjoy)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    _FactRule(
+        "decision",
+        0.8,
+        re.compile(
+            r"决定|打算|定了|\b(?:I|we) (?:decided|will|are going to|plan to)\b", re.IGNORECASE
+        ),
+    ),
+    _FactRule(
+        "knowledge",
+        0.8,
+        re.compile(
+            r"我是|我在.{1,12}(?:工作|上班|读书|上学)|我住在|我有|我的.{1,8}是|我叫|"
+            r"\bI(?:'m| am) (?:a|an|the)\b|\bI (?:work|live|study)\b|\bmy \w+(?: \w+)? is\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+_STRONG_PREFIX = re.compile(
+    r"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^(?:please\s+)?remember(?:\s+that)?[:,]?\s*",
+    re.IGNORECASE,
+)
+_PSYCH = re.compile(
+    r"焦虑|压力|紧张|累|疲惫|难过|伤心|开心|快乐|害怕|担心|孤独|烦|失眠|委屈|放松|安心|治愈|"
+    r"\bI feel\b|\bI(?:'m| am) (?:so |very |really )?(?:stressed|anxious|worried|tired|sad|"
+    r"happy|lonely|scared|overwhelmed|calm)\b|\bmakes me (?:feel )?(?:calm|better|relaxed)\b|"
+    r"\bI value\b|\bI worry\b",
+    re.IGNORECASE,
+)
+_SIGNAL = re.compile("|".join(rule.pattern.pattern for rule in _FACT_RULES), re.IGNORECASE)
+
+SUMMARY_ITEMS = 6
+SUMMARY_SENTENCE_CHARS = 80
+
+
+def _clean(text: str) -> str:
+    return text.strip().strip("。.!！?？,，;；").strip()
+
+
+def _first(patterns, text: str) -> str | None:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            value = _clean(match.group("x"))
+            if value:
+                return value
+    return None
+
+
+def about_user(text: str) -> str:
+    """A fact in the third person, so it reads right inside a system prompt: Chinese 我 becomes
+    用户 (我们 stays); English gets a "User:" prefix rather than risky grammar rewrites."""
+    if language_of(text) == "zh":
+        return re.sub(r"我(?!们)", "用户", text)
+    if re.match(r"(?:the )?user\b", text, re.IGNORECASE):
+        return text
+    return f"User: {text}"
+
+
+def _categorise(text: str) -> tuple[str, float]:
+    for rule in _FACT_RULES[1:]:  # the "remember" rule only raises confidence
+        if rule.pattern.search(text):
+            return rule.category, rule.confidence
+    return "knowledge", 0.8
+
+
+class OfflineProvider:
+    name = OFFLINE
+
+    def complete(self, request: Request) -> Completion:
+        started = time.perf_counter()
+        if request.task == "summarize":
+            text, calls = summarize(_transcript_turns(request.messages)), ()
+        elif request.task in ("extract", "extract_psych"):
+            found = extract(
+                _transcript_turns(request.messages), psych=request.task == "extract_psych"
+            )
+            text, calls = json.dumps(found, ensure_ascii=False), ()
+        else:
+            text, calls = chat(request)
+        prompt = request.system + "".join(m.content for m in request.messages)
+        return Completion(
+            text=text,
+            tool_calls=calls,
+            usage=Usage(
+                input_tokens=estimate_tokens(prompt),
+                output_tokens=estimate_tokens(text),
+                estimated=True,
+            ),
+            model=OFFLINE,
+            provider=OFFLINE,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            meta={"offline": True},
+        )
+
+    def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
+        raise exc  # nothing to translate: the offline model does not fail by itself
+
+
+# --- chat ----------------------------------------------------------------------------------------
+
+
+def _last_user_text(messages: tuple[Message, ...]) -> str:
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.content
+    return ""
+
+
+def memory_context_facts(system: str) -> list[str]:
+    """The bullet lines of <memory_context>, in the order the system prompt gives them."""
+    match = re.search(r"<memory_context>(.*?)</memory_context>", system, re.DOTALL)
+    if not match:
+        return []
+    facts = []
+    for line in match.group(1).splitlines():
+        line = line.strip()
+        if line.startswith(("-", "*", "•")):
+            # Drop a leading "[0.95]" or "(preference)" tag that the prompt may carry.
+            facts.append(re.sub(r"^[-*•]\s*(?:[\[(][^\])]*[\])]\s*)*", "", line).strip())
+    return [fact for fact in facts if fact]
+
+
+def instruction_calls(text: str, offered: set[str]) -> list[ToolCall]:
+    """The tool calls an explicit memory instruction asks for, in a stable order."""
+    zh = language_of(text) == "zh"
+    calls: list[tuple[str, dict[str, Any]]] = []
+    remembered = _first(_REMEMBER, text)
+    if remembered and "memory_write" in offered:
+        category, _ = _categorise(remembered)
+        calls.append(("memory_write", {"content": about_user(remembered), "category": category}))
+    if _first(_PROCEDURE, text) and "procedure_write" in offered:
+        calls.append(
+            (
+                "procedure_write",
+                {
+                    "rule": _clean(text),
+                    "context": "用户明确要求" if zh else "the user asked explicitly",
+                },
+            )
+        )
+    if "profile_update" in offered:
+        name = _first(_NAME, text)
+        if name:
+            calls.append(
+                (
+                    "profile_update",
+                    {
+                        "section": "基础特征",
+                        "entry": f"名字：{name}" if zh else f"Name: {name}",
+                        "mode": "merge",
+                    },
+                )
+            )
+        goal = _first(_GOAL, text)
+        if goal:
+            calls.append(
+                ("profile_update", {"section": "目标与方向", "entry": goal, "mode": "append"})
+            )
+    return [
+        ToolCall(id=f"offline_call_{i + 1}", name=name, arguments=args)
+        for i, (name, args) in enumerate(calls)
+    ]
+
+
+def _confirmation(calls: tuple[ToolCall, ...], results: dict[str, str], zh: bool) -> str:
+    lines = []
+    for call in calls:
+        failed = results.get(call.id, "").lower().startswith(("error", "错误"))
+        args = call.arguments
+        if failed:
+            lines.append(
+                f"抱歉，没能保存（{call.name}）。"
+                if zh
+                else f"Sorry, I could not save that ({call.name})."
+            )
+        elif call.name == "memory_write":
+            lines.append(
+                f"好的，我记住了：{args.get('content', '')}"
+                if zh
+                else f"Got it, I'll remember: {args.get('content', '')}"
+            )
+        elif call.name == "procedure_write":
+            lines.append(
+                f"好的，以后我会照做：{args.get('rule', '')}"
+                if zh
+                else f"Understood, from now on: {args.get('rule', '')}"
+            )
+        elif call.name == "profile_update":
+            lines.append(
+                f"好的，已更新你的画像（{args.get('section', '')}）：{args.get('entry', '')}"
+                if zh
+                else f"Noted in your profile ({args.get('section', '')}): {args.get('entry', '')}"
+            )
+        else:
+            lines.append("好的。" if zh else "Done.")
+    return "\n".join(lines)
+
+
+def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
+    messages = request.messages
+    text = _last_user_text(messages)
+    zh = language_of(text) == "zh"
+    # Tool results are in: confirm what the calls did.
+    if messages and messages[-1].role == "tool":
+        results: dict[str, str] = {}
+        index = len(messages) - 1
+        while index >= 0 and messages[index].role == "tool":
+            results[messages[index].tool_call_id] = messages[index].content
+            index -= 1
+        calls = messages[index].tool_calls if index >= 0 else ()
+        return _confirmation(calls, results, zh), ()
+
+    calls = instruction_calls(text, {tool.name for tool in request.tools})
+    if calls:
+        return "", tuple(calls)
+
+    facts = memory_context_facts(request.system)
+    best = max(facts, key=lambda fact: overlap(text, fact), default="")
+    if best and overlap(text, best) > 0:
+        return (f"我记得：{best}" if zh else f"From what I remember: {best}"), ()
+    if re.fullmatch(r"\s*(你好|您好|嗨|哈喽|hi|hello|hey)[!！。.\s]*", text, re.IGNORECASE):
+        return ("你好！我是 Ethan（离线模式）。" if zh else "Hi! I'm Ethan (offline mode)."), ()
+    snippet = text.strip()[:60]
+    return (f"（离线模式）收到：{snippet}" if zh else f"(offline mode) Noted: {snippet}"), ()
+
+
+# --- compression ---------------------------------------------------------------------------------
+
+
+def _transcript_turns(messages: tuple[Message, ...]) -> list[tuple[str, str]]:
+    """(role, text) turns from a transcript rendered by llm.memory.render_transcript."""
+    source = "\n".join(m.content for m in messages if m.role == "user")
+    turns: list[tuple[str, str]] = []
+    for line in source.splitlines():
+        match = re.match(r"^(user|assistant): ?(.*)$", line)
+        if match:
+            turns.append((match.group(1), match.group(2)))
+        elif turns and line.startswith("  "):
+            role, text = turns[-1]
+            turns[-1] = (role, f"{text}\n{line[2:]}")
+    return turns
+
+
+def summarize(turns: list[tuple[str, str]]) -> str:
+    user_text = [text for role, text in turns if role == "user"]
+    all_text = " ".join(user_text)
+    zh = language_of(all_text) == "zh"
+    picked: list[str] = []
+    # Signal sentences (preferences, decisions, facts) first, then each turn's first sentence.
+    candidates = [s for t in user_text for s in sentences(t) if _SIGNAL.search(s)]
+    candidates += [sentences(t)[0] for t in user_text if sentences(t)]
+    for sentence in candidates:
+        sentence = _clean(sentence)[:SUMMARY_SENTENCE_CHARS]
+        if sentence and sentence not in picked:
+            picked.append(sentence)
+        if len(picked) == SUMMARY_ITEMS:
+            break
+    if not picked:
+        return "（没有需要记录的内容）" if zh else "(nothing worth keeping)"
+    return (
+        ("用户提到：" + "；".join(picked) + "。")
+        if zh
+        else ("The user said: " + "; ".join(picked) + ".")
+    )
+
+
+def extract(turns: list[tuple[str, str]], psych: bool) -> dict[str, Any]:
+    facts: list[dict[str, Any]] = []
+    feelings: list[str] = []
+    seen: set[str] = set()
+    for role, text in turns:
+        if role != "user":
+            continue
+        for sentence in sentences(text):
+            strong = bool(_FACT_RULES[0].pattern.search(sentence))
+            content = _clean(_STRONG_PREFIX.sub("", sentence))
+            if content and (strong or _SIGNAL.search(sentence)) and content not in seen:
+                category, confidence = _categorise(sentence)
+                seen.add(content)
+                facts.append(
+                    {
+                        "content": about_user(content),
+                        "category": category,
+                        "confidence": 0.95 if strong else confidence,
+                    }
+                )
+            feeling = about_user(_clean(sentence))
+            if psych and _PSYCH.search(sentence) and feeling not in feelings:
+                feelings.append(feeling)
+    result: dict[str, Any] = {"facts": facts}
+    if psych:
+        result["psych"] = feelings
+    return result

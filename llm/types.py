@@ -1,0 +1,91 @@
+"""Provider-neutral chat types. Every adapter maps these to its SDK and back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for. `meta` carries provider data that must be echoed back
+    unchanged on the next request (Gemini's thought_signature, base64)."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    meta: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.meta:
+            data["meta"] = self.meta
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ToolCall:
+        return cls(
+            id=str(data["id"]),
+            name=str(data["name"]),
+            arguments=dict(data.get("arguments") or {}),
+            meta=data.get("meta") or None,
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message of the history: user, assistant (maybe with tool calls) or tool (a result)."""
+
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    # For a tool result: which tool produced it (Gemini wants the name back).
+    name: str = ""
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", tool_calls: tuple[ToolCall, ...] = ()) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, name: str = "") -> Message:
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, what it is for, and a JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # True when the numbers are our estimate (offline model), not a provider's count.
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    model: str
+    provider: str
+    latency_ms: float
+    # Anything else worth keeping: {"offline": True} for the offline model, stop reasons.
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_message(self) -> Message:
+        """The assistant message to append to the history before running the tool calls."""
+        return Message.assistant(self.text, self.tool_calls)

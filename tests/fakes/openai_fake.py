@@ -1,0 +1,100 @@
+"""OpenAI Chat Completions on the wire: POST /v1/chat/completions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tests.fakes.base import FakeServer, ProtocolError, Recorded
+
+
+class FakeOpenAI(FakeServer):
+    def check(self, recorded: Recorded) -> None:
+        if not recorded.path.endswith("/chat/completions"):
+            raise ProtocolError(f"unknown path {recorded.path}")
+        if not recorded.headers.get("authorization", "").startswith("Bearer "):
+            raise ProtocolError("missing bearer token")
+        body = recorded.body
+        if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):
+            raise ProtocolError("model and messages are required")
+        pending: set[str] = set()
+        for message in body["messages"]:
+            role = message.get("role")
+            if role not in ("system", "developer", "user", "assistant", "tool"):
+                raise ProtocolError(f"invalid role {role!r}")
+            if role == "tool":
+                if message.get("tool_call_id") not in pending:
+                    raise ProtocolError("a tool message must answer a preceding tool_calls id")
+                pending.discard(message["tool_call_id"])
+                continue
+            if pending:
+                raise ProtocolError(f"tool_calls without answers: {sorted(pending)}")
+            for call in message.get("tool_calls") or []:
+                json.loads(call["function"]["arguments"])  # must be a JSON string
+                pending.add(call["id"])
+        for tool in body.get("tools", []):
+            if tool.get("type") != "function" or "parameters" not in tool.get("function", {}):
+                raise ProtocolError("tools must be {type: function, function: {name, parameters}}")
+
+    @staticmethod
+    def text(content: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    @staticmethod
+    def tool_calls(*calls: tuple[str, str, dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-2",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "fake",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {
+                                    "name": name,
+                                    "arguments": json.dumps(args, ensure_ascii=False),
+                                },
+                            }
+                            for call_id, name, args in calls
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29},
+        }
+
+    def error_body(self, status: int, message: str) -> Any:
+        kind = {400: "invalid_request_error", 401: "invalid_api_key", 429: "rate_limit_exceeded"}
+        return {
+            "error": {
+                "message": message,
+                "type": kind.get(status, "server_error"),
+                "code": None,
+                "param": None,
+            }
+        }
