@@ -14,6 +14,7 @@ COPY memory_app memory_app
 COPY profile_app profile_app
 COPY episodes_app episodes_app
 COPY agent_app agent_app
+COPY llm llm
 COPY manage.py ./
 RUN pip install --no-cache-dir . && useradd --create-home ethan && mkdir -p /data \
     && chown ethan /data
