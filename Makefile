@@ -11,6 +11,7 @@ SERVICES_BROKER_URL ?= redis://127.0.0.1:6379/15
 # and never see a provider key: no test reaches a real model.
 TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USER \
 	-u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u GOOGLE_API_KEY -u GEMINI_API_KEY \
+	-u OPENAI_BASE_URL -u ANTHROPIC_BASE_URL -u GOOGLE_GEMINI_BASE_URL -u ETHAN_COMPRESSION_MODEL \
 	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY ETHAN_HOME=$(CURDIR)/.test-home
 
 .PHONY: install chat test test-services lint format serve worker beat bench migrate clean

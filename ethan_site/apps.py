@@ -8,6 +8,7 @@ class EthanSiteConfig(AppConfig):
     verbose_name = "Ethan"
 
     def ready(self) -> None:
+        from django.conf import settings
         from django.core.signals import request_finished
         from django.db.models.signals import post_migrate
 
@@ -16,3 +17,15 @@ class EthanSiteConfig(AppConfig):
         # Embedded mode runs deferred tasks once the response has been sent.
         request_finished.connect(queue.on_request_finished, dispatch_uid="ethan_run_deferred")
         post_migrate.connect(schedule.on_post_migrate, dispatch_uid="ethan_schedule")
+
+        import llm
+
+        # llm is plain Python: it gets Django's resolved settings once, here.
+        llm.configure(
+            env=settings.ETHAN_MODEL_API_ENV,
+            model=settings.ETHAN_MODEL,
+            timeout=settings.ETHAN_MODEL_TIMEOUT,
+            retries=settings.ETHAN_MODEL_RETRIES,
+            compression_model=settings.ETHAN_COMPRESSION_MODEL,
+            compression_routes=settings.ETHAN_COMPRESSION_ROUTES,
+        )

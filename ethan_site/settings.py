@@ -14,6 +14,8 @@ from pathlib import Path
 import dj_database_url
 
 from ethan_site.config import Config, ConfigError
+from llm.config import PROVIDER_VARS
+from llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 CONFIG = Config.load()
@@ -153,8 +155,29 @@ WHITENOISE_USE_FINDERS = True
 ETHAN_SESSION_LIST_LIMIT = CONFIG.get("ETHAN_SESSION_LIST_LIMIT", 20, int)
 # The console's local user when --user is not given: the OS login name.
 ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
+# --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
+
 # The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).
 ETHAN_MODEL = CONFIG.get("ETHAN_MODEL", "", str)
+# Per attempt, seconds; transient failures (429, 5xx, timeouts) are retried this many times
+# with exponential backoff (0.5 s doubling, at most 8 s a wait) before ModelUnavailable.
+ETHAN_MODEL_TIMEOUT = CONFIG.get("ETHAN_MODEL_TIMEOUT", 60.0, float)
+ETHAN_MODEL_RETRIES = CONFIG.get("ETHAN_MODEL_RETRIES", 3, int)
+# The model that summarises and extracts; unset follows the routing table (docs/llm.md).
+ETHAN_COMPRESSION_MODEL = CONFIG.get("ETHAN_COMPRESSION_MODEL", "", str)
+try:
+    ETHAN_COMPRESSION_ROUTES = (
+        parse_routes(CONFIG.get("ETHAN_COMPRESSION_ROUTES", "", str)) or DEFAULT_COMPRESSION_ROUTES
+    )
+except ValueError as exc:
+    raise ConfigError(
+        f"ETHAN_COMPRESSION_ROUTES from {CONFIG.source_of('ETHAN_COMPRESSION_ROUTES')}: {exc}"
+    ) from exc
+# Provider keys and base URLs, from the environment or config.yaml. ("API" in the name keeps
+# Django's debug pages from ever showing them.)
+ETHAN_MODEL_API_ENV = {
+    name: CONFIG.get(name, "", str) for name in PROVIDER_VARS if CONFIG.get(name, "", str)
+}
 
 # --- Celery ----------------------------------------------------------------------------------
 # One block. Unset broker = embedded mode: ethan_site.queue.enqueue() runs tasks in this process

@@ -3,7 +3,7 @@
 estimate. Plain Python: nothing here imports Django."""
 
 from llm.client import complete
-from llm.config import configure, default_model
+from llm.config import compression_model, configure, default_model
 from llm.errors import (
     ModelAuthError,
     ModelConfigError,
@@ -29,6 +29,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "complete",
+    "compression_model",
     "compression_model_for",
     "configure",
     "default_model",

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from llm.errors import ModelConfigError
-from llm.routing import ANTHROPIC, DEFAULT_COMPRESSION_ROUTES, GEMINI, OFFLINE, OPENAI
+from llm.routing import (
+    ANTHROPIC,
+    DEFAULT_COMPRESSION_ROUTES,
+    GEMINI,
+    OFFLINE,
+    OPENAI,
+    compression_model_for,
+)
 
 # The SDKs' own variable names.
 KEY_VARS: dict[str, tuple[str, ...]] = {
@@ -90,3 +97,11 @@ def default_model(settings: LLMSettings | None = None) -> str:
         if any(settings.env.get(name) for name in KEY_VARS[provider]):
             return model
     return OFFLINE
+
+
+def compression_model(model: str, settings: LLMSettings | None = None) -> str:
+    """The compression model for `model` under the current settings (override, then routes)."""
+    settings = settings or current()
+    return compression_model_for(
+        model, override=settings.compression_model, routes=settings.compression_routes
+    )

@@ -104,7 +104,7 @@ _STRONG_PREFIX = re.compile(
 _PSYCH = re.compile(
     r"焦虑|压力|紧张|累|疲惫|难过|伤心|开心|快乐|害怕|担心|孤独|烦|失眠|委屈|放松|安心|治愈|"
     r"\bI feel\b|\bI(?:'m| am) (?:so |very |really )?(?:stressed|anxious|worried|tired|sad|"
-    r"happy|lonely|scared|overwhelmed|calm)\b|\bmakes me (?:feel )?(?:calm|better|relaxed)\b|"
+    r"happy|lonely|scared|overwhelmed|calm)\b|\bmakes? me (?:feel )?(?:calm|better|relaxed)\b|"
     r"\bI value\b|\bI worry\b",
     re.IGNORECASE,
 )

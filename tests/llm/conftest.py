@@ -28,6 +28,14 @@ class ProviderCase:
     def error(self, status: int, message: str = "boom") -> Any:
         return self.fake.error_body(status, message)
 
+    def system_of(self, body: dict[str, Any]) -> str:
+        """Where each protocol carries the system prompt."""
+        if self.name == "openai":
+            return body["messages"][0]["content"]
+        if self.name == "anthropic":
+            return body["system"]
+        return body["systemInstruction"]["parts"][0]["text"]
+
 
 def _openai() -> tuple[FakeServer, dict[str, str], ProviderCase]:
     fake = FakeOpenAI()
