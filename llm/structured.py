@@ -6,6 +6,7 @@ caller never mistakes a broken answer for "nothing to remember".
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -62,15 +63,11 @@ def complete_json(
         f"{system}\n\nAnswer with one JSON document only, no prose, matching this JSON schema:\n"
         f"{json.dumps(schema, ensure_ascii=False)}"
     )
-    messages = [Message.user(prompt)]
-    first = complete(
-        model=model,
-        system=instruction,
-        messages=messages,
-        max_tokens=max_tokens,
-        json_mode=True,
-        task=task,
+    ask = functools.partial(
+        complete, model=model, system=instruction, max_tokens=max_tokens, json_mode=True, task=task
     )
+    messages = [Message.user(prompt)]
+    first = ask(messages=messages)
     try:
         return parse_json(first.text, schema)
     except ValueError as problem:
@@ -80,14 +77,7 @@ def complete_json(
             first.as_message(),
             Message.user(REPAIR_PROMPT.format(problem=problem)),
         ]
-    second = complete(
-        model=model,
-        system=instruction,
-        messages=repair,
-        max_tokens=max_tokens,
-        json_mode=True,
-        task=task,
-    )
+    second = ask(messages=repair)
     try:
         return parse_json(second.text, schema)
     except ValueError as problem:
