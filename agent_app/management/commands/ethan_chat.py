@@ -16,10 +16,7 @@ from sessions_app.models import ChatSession, Message
 def reply_saved_only(session: ChatSession, text: str) -> str:
     """Until the agent turn lands: store the message (nothing is lost) and say so plainly."""
     services.message_append(session=session, role=Message.Role.USER, content=text)
-    return (
-        f"(saved to {session.id}; Ethan's model layer is not installed in this build yet, "
-        "so there is no answer)"
-    )
+    return f"(saved to {session.id}; the agent turn is not built yet, so there is no answer)"
 
 
 class Command(BaseCommand):
