@@ -1,19 +1,22 @@
 """The console: a conversation at the terminal, with the original CLI's slash commands.
 
-It owns the loop and the session bookkeeping (lazy persistence, resume, clean-up on exit). What
-answers a message is `reply`, a callable given to it: the turn service once the agent lands.
+On a terminal it has line editing and history (prompt_toolkit) and renders replies as Markdown
+(rich); on a pipe it reads and writes plain lines, so it can be scripted. Each message goes
+through the same turn service as the API and Lark.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from django.contrib.auth.models import AbstractBaseUser
 
+import llm
+from agent_app.services import TurnInputError, TurnResult
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
 from sessions_app.errors import SessionError
@@ -26,23 +29,76 @@ HELP = """Commands:
   /help          this help
   /exit          leave (also /quit or Ctrl-D)"""
 
+OFFLINE_NOTE = (
+    "Using the offline model: a rule-based stand-in, not a language model. For real answers set "
+    "ANTHROPIC_API_KEY, OPENAI_API_KEY or GOOGLE_API_KEY (or ETHAN_MODEL, e.g. "
+    "openai:llama3.1 with OPENAI_BASE_URL for a local server) in the environment or in "
+    "$ETHAN_HOME/config.yaml."
+)
+
 # How many earlier messages to show when a session is resumed.
 RESUME_TAIL = 6
 
-Reply = Callable[[ChatSession, str], str | None]
+Turn = Callable[..., TurnResult]
+
+
+class PlainIO:
+    """A pipe: plain lines in, plain lines out."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO):
+        self.stdin, self.stdout = stdin, stdout
+
+    def read(self) -> str | None:
+        line = self.stdin.readline()
+        return None if line == "" else line
+
+    def say(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def reply(self, text: str) -> None:
+        self.say(text)
+
+
+class TerminalIO(PlainIO):
+    """A terminal: prompt_toolkit for editing and history, rich for Markdown replies."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO, history: Path):
+        super().__init__(stdin, stdout)
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from rich.console import Console as RichConsole
+
+        history.parent.mkdir(parents=True, exist_ok=True)
+        self.prompt = PromptSession(history=FileHistory(str(history)))
+        self.rich = RichConsole(file=stdout)
+
+    def read(self) -> str | None:
+        while True:
+            try:
+                return self.prompt.prompt("> ")
+            except KeyboardInterrupt:  # Ctrl-C at the prompt clears the line, as in a shell
+                continue
+            except EOFError:
+                return None
+
+    def reply(self, text: str) -> None:
+        from rich.markdown import Markdown
+
+        self.rich.print(Markdown(text))
 
 
 @dataclass
 class Console:
     owner: AbstractBaseUser
-    reply: Reply
-    stdin: TextIO
-    stdout: TextIO
+    turn: Turn
+    io: PlainIO
     model: str = ""
     mode: str = ChatSession.Mode.WORK
     session: ChatSession = field(init=False)
 
     def __post_init__(self) -> None:
+        self.model = self.model or llm.default_model()
         self.session = self._new_session()
 
     def _new_session(self) -> ChatSession:
@@ -54,8 +110,7 @@ class Console:
         )
 
     def say(self, text: str) -> None:
-        self.stdout.write(text + "\n")
-        self.stdout.flush()
+        self.io.say(text)
 
     def resume(self, ref: str) -> None:
         """Switch to an existing session; raises SessionError for a bad reference."""
@@ -73,10 +128,12 @@ class Console:
 
     def run(self) -> None:
         if not self.session.is_persisted:
-            self.say(f"Ethan: new session {self.session.id}. /help for commands.")
+            self.say(f"Ethan ({self.model}): new session {self.session.id}. /help for commands.")
+        if llm.provider_for(self.model) == "offline":
+            self.say(OFFLINE_NOTE)
         try:
             while True:
-                line = self.read_line()
+                line = self.io.read()
                 if line is None:  # end of input
                     break
                 text = line.strip()
@@ -92,25 +149,28 @@ class Console:
         finally:
             self.close()
 
-    def read_line(self) -> str | None:
-        """The next line typed, or None at the end of input (Ctrl-D, or the pipe is empty)."""
-        if self.stdin is sys.stdin and self.stdin.isatty():
-            # input() on a terminal gives line editing and history through readline.
-            # readline is not on every platform; plain input() still works without it.
-            with contextlib.suppress(ImportError):
-                import readline  # noqa: F401
-            try:
-                return input("> ")
-            except EOFError:
-                self.say("")
-                return None
-        line = self.stdin.readline()
-        return None if line == "" else line
-
     def chat(self, text: str) -> None:
-        answer = self.reply(self.session, text)
-        if answer:
-            self.say(answer)
+        try:
+            result = self.turn(
+                owner=self.owner,
+                session=self.session,
+                text=text,
+                mode=self.mode,
+                model=self.model,
+                channel=ChatSession.Channel.CONSOLE,
+            )
+        except KeyboardInterrupt:
+            # Ctrl-C during the model call: the call is abandoned, the message is kept.
+            self.say(f"(cancelled; your message is saved in {self.session.id})")
+            return
+        except (TurnInputError, llm.ModelError) as exc:
+            self.say(f"Error: {exc}")
+            if self.session.is_persisted:
+                self.say(f"(your message is saved in {self.session.id})")
+            return
+        self.session = result.session
+        if result.reply:
+            self.io.reply(result.reply)
         # Memory work queued by this turn runs now that the reply is on screen (embedded mode).
         run_deferred()
 
@@ -147,3 +207,9 @@ class Console:
         run_deferred()
         if self.session.is_persisted:
             self.say(f"Saved as {self.session.id}. Resume with: ethan -r {self.session.id}")
+
+
+def make_io(stdin: TextIO, stdout: TextIO, home: Path) -> PlainIO:
+    if stdin is sys.stdin and stdin.isatty() and stdout.isatty():
+        return TerminalIO(stdin, stdout, history=home / "history")
+    return PlainIO(stdin, stdout)

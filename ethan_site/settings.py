@@ -155,6 +155,16 @@ WHITENOISE_USE_FINDERS = True
 ETHAN_SESSION_LIST_LIMIT = CONFIG.get("ETHAN_SESSION_LIST_LIMIT", 20, int)
 # The console's local user when --user is not given: the OS login name.
 ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
+# Working memory (the same for the console, the API and Lark): the last hot_size rounds go to
+# the model verbatim; rounds leaving the hot zone are summarised compress_batch at a time; once
+# the summaries cover warm_capacity rounds, facts are extracted and the summaries folded.
+ETHAN_MEMORY_HOT_SIZE = CONFIG.get("ETHAN_MEMORY_HOT_SIZE", 10, int)
+ETHAN_MEMORY_COMPRESS_BATCH = CONFIG.get("ETHAN_MEMORY_COMPRESS_BATCH", 5, int)
+ETHAN_MEMORY_WARM_CAPACITY = CONFIG.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int)
+# The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
+ETHAN_TURN_MAX_MODEL_CALLS = CONFIG.get("ETHAN_TURN_MAX_MODEL_CALLS", 8, int)
+ETHAN_MESSAGE_MAX_CHARS = CONFIG.get("ETHAN_MESSAGE_MAX_CHARS", 32_000, int)
+
 # --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
 
 # The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).

@@ -105,3 +105,14 @@ def compression_model(model: str, settings: LLMSettings | None = None) -> str:
     return compression_model_for(
         model, override=settings.compression_model, routes=settings.compression_routes
     )
+
+
+def check_model(model: str, settings: LLMSettings | None = None) -> None:
+    """Raise ModelConfigError now if `model` is unknown or its provider has no key, so a
+    console can say so at start rather than at the first message."""
+    from llm.routing import provider_for
+
+    settings = settings or current()
+    provider = provider_for(model)
+    if provider != OFFLINE:
+        api_key(provider, model, settings.env)

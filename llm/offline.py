@@ -43,7 +43,7 @@ _PROCEDURE = (
     re.compile(r"^(?:from now on|going forward|always|never)\b[,:]?\s*(?P<x>.+)", re.IGNORECASE),
 )
 _NAME = (
-    re.compile(r"我(?:叫|的名字是)(?P<x>[^\s，。！？,.!?]{1,20})"),
+    re.compile(r"我(?:叫|的名字是)\s*(?P<x>[^\s，。！？,.!?]{1,20})"),
     re.compile(r"\bmy name is\s+(?P<x>[A-Za-z][\w'-]*(?:\s+[A-Z][\w'-]*)?)", re.IGNORECASE),
 )
 _GOAL = (

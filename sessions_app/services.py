@@ -150,3 +150,9 @@ def sessions_cleanup_empty(
         empty = empty.filter(pk__in=session_ids)
     _, deleted = empty.delete()
     return deleted.get(ChatSession._meta.label, 0)
+
+
+def session_set_model(*, session: ChatSession, model: str) -> None:
+    """The model a session talks to now (a resumed session may switch)."""
+    session.model = model
+    ChatSession.objects.filter(pk=session.pk).update(model=model)

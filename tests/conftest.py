@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from sessions_app import services
+from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
 from sessions_app.models import ChatSession, Message
 
 ROOT = Path(__file__).resolve().parent.parent

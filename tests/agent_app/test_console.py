@@ -1,3 +1,5 @@
+"""The console driven through a pipe, on the offline model and on a fake provider."""
+
 from __future__ import annotations
 
 from io import StringIO
@@ -5,6 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from memory_app.models import Fact
 from sessions_app.models import ChatSession, Message
 
 pytestmark = pytest.mark.django_db
@@ -16,39 +19,50 @@ def chat(*args: str, stdin: str) -> str:
     return out.getvalue()
 
 
-def test_console_stores_messages_and_lists_sessions(owner):
-    out = chat("--user", "ada", "--model", "offline", stdin="hello Ethan\n/sessions\n/exit\n")
+def test_new_session_gets_answers_and_lists_sessions(owner, llm_config):
+    out = chat("--user", "ada", stdin="hello\n/sessions\n/exit\n")
     session = ChatSession.objects.get()
     assert (session.owner, session.title, session.model, session.channel) == (
         owner,
-        "hello Ethan",
+        "hello",
         "offline",
         "console",
     )
     assert list(session.messages.values_list("seq", "role", "content")) == [
-        (1, "user", "hello Ethan")
+        (1, "user", "hello"),
+        (2, "assistant", "Hi! I'm Ethan (offline mode)."),
     ]
     assert session.ended_at is not None
-    assert out.startswith(f"Ethan: new session {session.id}.")
-    assert f"{session.id}  " in out  # the /sessions listing
-    assert out.endswith(f"Saved as {session.id}. Resume with: ethan -r {session.id}\n")
+    lines = out.splitlines()
+    assert lines[0] == f"Ethan (offline): new session {session.id}. /help for commands."
+    assert lines[1].startswith("Using the offline model: a rule-based stand-in")
+    assert "ANTHROPIC_API_KEY, OPENAI_API_KEY or GOOGLE_API_KEY" in lines[1]
+    assert lines[2] == "Hi! I'm Ethan (offline mode)."
+    assert lines[3].startswith(f"{session.id}  ")  # /sessions
+    assert lines[-1] == f"Saved as {session.id}. Resume with: ethan -r {session.id}"
 
 
-def test_console_without_messages_leaves_no_session(owner):
+def test_exit_without_a_message_writes_nothing(owner, llm_config):
     out = chat("--user", "ada", stdin="/help\n/new\n/exit\n")
     assert "/resume ID" in out
     assert not ChatSession.objects.exists()
+    assert "Saved as" not in out
 
 
-def test_console_resume_last_and_by_tail(owner, make_session):
+def test_resume_by_tail_last_and_in_console(owner, make_session, llm_config):
     old = make_session(owner, "first topic", "first answer")
-    out = chat("--user", "ada", "-r", "last", stdin="more on that\n")
-    assert out.startswith(f"Resumed {old.id}: first topic\n  user: first topic\n")
+    out = chat("--user", "ada", "-r", old.id[-4:], stdin="more on that\n")
+    assert out.startswith(
+        f"Resumed {old.id}: first topic\n  user: first topic\n  assistant: first answer\n"
+    )
     assert list(old.messages.values_list("seq", "content")) == [
         (1, "first topic"),
         (2, "first answer"),
         (3, "more on that"),
+        (4, "(offline mode) Noted: more on that"),
     ]
+    chat("--user", "ada", "-r", "last", stdin="again\n")
+    assert old.messages.count() == 6
 
     out = chat("--user", "ada", stdin=f"/resume {old.id[-4:]}\n/resume nope\n/new\nfresh\n")
     assert f"Resumed {old.id}" in out
@@ -56,18 +70,55 @@ def test_console_resume_last_and_by_tail(owner, make_session):
     assert ChatSession.objects.count() == 2
 
 
-def test_console_companion_mode_and_bad_mode(owner):
+def test_memory_instruction_runs_the_tool_and_stores_every_step(owner, llm_config):
+    out = chat("--user", "ada", stdin="记住我喜欢喝美式咖啡\n")
+    assert "好的，我记住了：用户喜欢喝美式咖啡" in out
+    fact = Fact.objects.get()
+    assert (fact.owner, fact.content, fact.category, fact.confidence, fact.source) == (
+        owner,
+        "用户喜欢喝美式咖啡",
+        "preference",
+        0.95,
+        "agent_proactive",
+    )
+    rows = list(Message.objects.order_by("seq").values_list("role", "tool_call_id"))
+    assert rows == [("user", ""), ("assistant", ""), ("tool", "offline_call_1"), ("assistant", "")]
+    assert fact.message.role == "assistant" and fact.message.tool_calls[0]["id"] == "offline_call_1"
+
+
+def test_companion_mode_and_bad_options(owner, llm_config):
     chat("--user", "ada", "--mode", "陪伴", stdin="今天有点累\n")
     assert ChatSession.objects.get().mode == "companion"
     with pytest.raises(CommandError, match="unknown mode 'play'"):
         chat("--user", "ada", "--mode", "play", stdin="")
     with pytest.raises(CommandError, match="no session matches 'zz'"):
         chat("--user", "ada", "-r", "zz", stdin="")
-    assert Message.objects.count() == 1
+    with pytest.raises(CommandError, match="needs OPENAI_API_KEY"):
+        chat("--user", "ada", "--model", "gpt-4o", stdin="hi\n")
+    with pytest.raises(CommandError, match="unknown model 'llama'"):
+        chat("--user", "ada", "--model", "llama", stdin="hi\n")
+    assert Message.objects.count() == 2
 
 
-def test_console_exit_removes_empty_sessions(owner, make_session):
+def test_console_exit_removes_empty_sessions(owner, make_session, llm_config):
     ChatSession.objects.create(id="s_20260101_0000_empt", owner=owner)
     kept = make_session(owner, "keep")
     chat("--user", "ada", stdin="/exit\n")
     assert list(ChatSession.objects.values_list("pk", flat=True)) == [kept.pk]
+
+
+def test_a_failing_model_keeps_the_message_and_the_console_goes_on(owner, fakes):
+    openai = fakes["openai"]
+    for _ in range(3):
+        openai.fake.reply(openai.error(503, "overloaded"), status=503)
+    openai.fake.reply(openai.text("back again"))
+    out = chat("--user", "ada", "--model", "gpt-4o", stdin="first try\nsecond try\n")
+    session = ChatSession.objects.get()
+    assert "Error: openai 'gpt-4o': HTTP 503" in out
+    assert f"(your message is saved in {session.id})" in out
+    assert "back again" in out
+    assert list(session.messages.values_list("role", "content")) == [
+        ("user", "first try"),
+        ("user", "second try"),
+        ("assistant", "back again"),
+    ]

@@ -20,22 +20,28 @@ def spawn(args: list[str], home) -> pexpect.spawn:
     )
 
 
+# prompt_toolkit draws its "> " prompt with cursor moves and ends by showing the cursor; only
+# then is the terminal surely in raw mode (entering it discards keys typed earlier).
+PROMPT = r"\x1b\[\?2004h.*?>.*?\x1b\[\?25h"
+
+
 def test_console_on_a_terminal_then_delete_asks(tmp_path):
     console = spawn(["--user", "ada"], tmp_path)
     console.expect(r"new session (s_\d{8}_\d{4}_[a-z0-9]{4})\.")
     session_id = console.match.group(1)
-    console.expect_exact("> ")
-    console.sendline("你好，我叫 Ada")
-    console.expect_exact(f"(saved to {session_id};")
-    console.expect_exact("> ")
-    console.sendline("/exit")
+    console.expect(PROMPT)
+    console.send("你好，我叫 Ada\r")  # Enter is a carriage return in raw mode
+    # The offline model calls profile_update, then confirms (rendered by rich).
+    console.expect_exact("好的，已更新你的画像（基础特征）：名字：Ada")
+    console.expect(PROMPT)
+    console.send("/exit\r")
     console.expect_exact(f"Saved as {session_id}.")
     console.expect(pexpect.EOF)
     console.close()
     assert console.exitstatus == 0
 
     declined = spawn(["session", "--user", "ada", "delete", session_id[-4:]], tmp_path)
-    declined.expect_exact(f"Delete {session_id} (你好，我叫 Ada, 1 messages)? [y/N] ")
+    declined.expect_exact(f"Delete {session_id} (你好，我叫 Ada, 4 messages)? [y/N] ")
     declined.sendline("")
     declined.expect(pexpect.EOF)
     declined.close()
@@ -44,7 +50,7 @@ def test_console_on_a_terminal_then_delete_asks(tmp_path):
     accepted = spawn(["session", "--user", "ada", "delete", session_id[-4:]], tmp_path)
     accepted.expect_exact("[y/N] ")
     accepted.sendline("y")
-    accepted.expect_exact(f"Deleted {session_id} and its 1 messages.")
+    accepted.expect_exact(f"Deleted {session_id} and its 4 messages.")
     accepted.expect(pexpect.EOF)
     accepted.close()
     assert accepted.exitstatus == 0
@@ -52,7 +58,7 @@ def test_console_on_a_terminal_then_delete_asks(tmp_path):
 
 def test_ctrl_d_leaves_the_console_cleanly(tmp_path):
     console = spawn(["--user", "ada"], tmp_path)
-    console.expect_exact("> ")
+    console.expect(PROMPT)
     console.sendeof()
     console.expect(pexpect.EOF)
     console.close()

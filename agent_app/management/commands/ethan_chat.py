@@ -6,17 +6,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent_app.console import Console
+import llm
+import llm.config
+from agent_app.console import Console, make_io
 from agent_app.modes import mode_parse
+from agent_app.services import turn_run
 from sessions_app import services
 from sessions_app.errors import SessionError
-from sessions_app.models import ChatSession, Message
-
-
-def reply_saved_only(session: ChatSession, text: str) -> str:
-    """Until the agent turn lands: store the message (nothing is lost) and say so plainly."""
-    services.message_append(session=session, role=Message.Role.USER, content=text)
-    return f"(saved to {session.id}; the agent turn is not built yet, so there is no answer)"
 
 
 class Command(BaseCommand):
@@ -30,7 +26,12 @@ class Command(BaseCommand):
             metavar="ID",
             help="continue a session: 'last', a full id, or a unique tail",
         )
-        parser.add_argument("--model", default=None, help="the chat model id")
+        parser.add_argument(
+            "--model",
+            default=None,
+            help="the chat model id (default: ETHAN_MODEL, or the first "
+            "provider with a key, or offline)",
+        )
         parser.add_argument("--mode", default="work", help="work, or companion (陪伴)")
         parser.add_argument(
             "--user", default=None, help="whose memory (default: the OS login name)"
@@ -39,18 +40,19 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             mode = mode_parse(options["mode"])
-        except ValueError as exc:
+            model = options["model"] or llm.default_model()
+            llm.config.check_model(model)
+        except (ValueError, llm.ModelConfigError) as exc:
             raise CommandError(str(exc)) from None
         owner = services.local_user_get_or_create(username=options["user"])
-        # The console writes its own line endings (and a prompt that must not end one).
-        self.stdout.ending = ""
+        # The real stream: the console writes its own line endings.
+        stdout = options.get("stdout") or sys.stdout
         console = Console(
             owner=owner,
-            reply=reply_saved_only,
-            stdin=options.get("stdin") or sys.stdin,
-            stdout=self.stdout,
-            model=options["model"] or settings.ETHAN_MODEL,
+            turn=turn_run,
+            model=model,
             mode=mode,
+            io=make_io(options.get("stdin") or sys.stdin, stdout, settings.ETHAN_HOME),
         )
         if options["resume"]:
             try:

@@ -1,0 +1,77 @@
+"""The system prompt of a turn (the design's _build_system).
+
+Always in the same order, so providers can cache its stable start: persona, then
+<behavioral_guidelines>, <memory_context> and <user_profile>. A block with nothing to say is
+left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from agent_app.paths import SETTINGS
+from memory_app import selectors as memory_selectors
+from memory_app import services as memory_services
+from memory_app.models import Fact
+from profile_app import selectors as profile_selectors
+from sessions_app.models import ChatSession
+
+PERSONA_WORK = (
+    "You are Ethan, a work assistant with a long memory. Be concise, concrete and practical. "
+    "Reply in the user's language.\n"
+    "You remember the user across conversations. When they share something lasting about "
+    "themselves (who they are, a preference, a decision, a correction), store it with "
+    "memory_write. When they set a rule for how you should behave from now on, store it with "
+    "procedure_write. Narrative things (goals, communication style, agreements, their own "
+    "words) go to their profile with profile_update. Do not store small talk."
+)
+
+PERSONA_COMPANION = (
+    "你是苏念，一位温柔、耐心的倾听者和陪伴者。你的任务是倾听、理解和陪伴，而不是急于给建议或解决问题。"
+    "用温暖、自然的语气回应，回应对方的感受，适时轻轻追问。使用用户的语言回复。\n"
+    "你记得用户说过的话。用户明确分享的长期信息用 memory_write 记下；用户提出的相处约定用 "
+    "procedure_write；对方的目标、心情模式、在意的事、自己的说法用 profile_update 写进画像。"
+)
+
+
+@dataclass(frozen=True)
+class SystemPrompt:
+    text: str
+    facts: list[Fact]
+    procedures: int
+    profile: bool
+
+
+def _fact_line(fact: Fact) -> str:
+    return f"- [{fact.category}, {fact.confidence:.2f}] {fact.content}"
+
+
+def build_system(*, owner: AbstractBaseUser, mode: str, path: str) -> SystemPrompt:
+    """Persona, rules, the most trusted facts and (full/medium) the profile. Four queries:
+    procedures, facts, the facts' last_accessed update and profile sections (three on fast)."""
+    settings = SETTINGS[path]
+    parts = [PERSONA_COMPANION if mode == ChatSession.Mode.COMPANION else PERSONA_WORK]
+
+    procedures = memory_selectors.procedures_active(owner=owner)
+    if procedures:
+        rules = "\n".join(f"- {procedure.rule}" for procedure in procedures)
+        parts.append(f"<behavioral_guidelines>\n{rules}\n</behavioral_guidelines>")
+
+    facts = memory_selectors.facts_for_injection(owner=owner, limit=settings.fact_limit)
+    if facts:
+        lines = "\n".join(_fact_line(fact) for fact in facts)
+        parts.append(f"<memory_context>\n{lines}\n</memory_context>")
+        memory_services.facts_mark_injected(facts=facts)
+
+    profile_used = False
+    if settings.profile:
+        contents = profile_selectors.profile_sections(owner=owner)
+        if not profile_selectors.profile_is_empty(contents):
+            markdown = profile_selectors.render_profile(contents).strip()
+            parts.append(f"<user_profile>\n{markdown}\n</user_profile>")
+            profile_used = True
+    return SystemPrompt(
+        text="\n\n".join(parts), facts=facts, procedures=len(procedures), profile=profile_used
+    )

@@ -1,0 +1,152 @@
+"""The agent turn: one service that the console, the REST API and the Lark bot all call."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+
+import llm
+from agent_app.modes import mode_parse
+from agent_app.paths import SETTINGS, choose_path
+from agent_app.prompts import build_system
+from agent_app.tools import TOOL_SPECS, run_tool
+from llm.types import ToolCall
+from memory_app.working import build_context
+from sessions_app import services as session_services
+from sessions_app.models import ChatSession, Message
+
+log = logging.getLogger(__name__)
+
+
+class TurnInputError(ValueError):
+    """The request itself is wrong (empty or too long message, unknown mode, path or model).
+    Nothing has been written."""
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    session: ChatSession
+    reply: str
+    path: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    tool_calls: int
+    offline: bool
+
+
+def turn_prepare(
+    *,
+    session: ChatSession | None,
+    text: str,
+    mode: str | None,
+    path: str | None,
+    model: str | None,
+) -> tuple[str, str, str, str]:
+    """Validate a turn before anything is written: (text, mode, path, model)."""
+    text = (text or "").strip()
+    if not text:
+        raise TurnInputError("the message is empty")
+    if len(text) > settings.ETHAN_MESSAGE_MAX_CHARS:
+        raise TurnInputError(
+            f"the message is {len(text)} characters long; the limit is "
+            f"{settings.ETHAN_MESSAGE_MAX_CHARS}"
+        )
+    try:
+        mode = mode_parse(mode) if mode else (session.mode if session else mode_parse(None))
+        path = choose_path(text=text, mode=mode, explicit=path)
+        model = (
+            model or (session.model if session and session.model else "") or (llm.default_model())
+        )
+        llm.provider_for(model)
+    except (ValueError, llm.ModelConfigError) as exc:
+        raise TurnInputError(str(exc)) from None
+    return text, mode, path, model
+
+
+def turn_run(
+    *,
+    owner: AbstractBaseUser,
+    session: ChatSession | None,
+    text: str,
+    mode: str | None = None,
+    path: str | None = None,
+    model: str | None = None,
+    channel: str = ChatSession.Channel.API,
+) -> TurnResult:
+    """One turn. The user message is stored (and committed) before the model is called, so a
+    failing model (llm.ModelError, raised as it is) loses nothing and the caller can retry.
+    Every assistant step and tool result is stored as it happens."""
+    text, mode, path, model = turn_prepare(
+        session=session, text=text, mode=mode, path=path, model=model
+    )
+    if session is None:
+        session = session_services.session_start(
+            owner=owner, model=model, mode=mode, channel=channel
+        )
+    elif session.model != model and session.is_persisted:
+        session_services.session_set_model(session=session, model=model)
+    session_services.message_append(session=session, role=Message.Role.USER, content=text)
+
+    path_settings = SETTINGS[path]
+    system = build_system(owner=owner, mode=mode, path=path)
+    context = build_context(session=session)
+    tools = TOOL_SPECS if path_settings.tools else ()
+    max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS
+    input_tokens = output_tokens = tool_count = 0
+    offline = False
+    reply = ""
+    for step in range(1, max_calls + 1):
+        # The last allowed call offers no tools: the model has to answer in words.
+        completion = llm.complete(
+            model=model,
+            system=system.text,
+            messages=context,
+            tools=tools if step < max_calls else (),
+            max_tokens=path_settings.max_tokens,
+        )
+        input_tokens += completion.usage.input_tokens
+        output_tokens += completion.usage.output_tokens
+        offline = offline or bool(completion.meta.get("offline"))
+        if not completion.tool_calls:
+            reply = completion.text
+            session_services.message_append(
+                session=session, role=Message.Role.ASSISTANT, content=reply
+            )
+            break
+        assistant = session_services.message_append(
+            session=session,
+            role=Message.Role.ASSISTANT,
+            content=completion.text,
+            tool_calls=[call.to_json() for call in completion.tool_calls],
+        )
+        context.append(completion.as_message())
+        for call in completion.tool_calls:
+            result = _run_tool_logged(owner=owner, session=session, message=assistant, call=call)
+            session_services.message_append(
+                session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
+            )
+            context.append(llm.Message.tool(call.id, result, name=call.name))
+            tool_count += 1
+    return TurnResult(
+        session=session,
+        reply=reply,
+        path=path,
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        model_calls=step,
+        tool_calls=tool_count,
+        offline=offline,
+    )
+
+
+def _run_tool_logged(*, owner, session: ChatSession, message: Message, call: ToolCall) -> str:
+    result = run_tool(owner=owner, session=session, message=message, call=call)
+    if result.startswith("error:"):
+        log.info("tool %s in %s refused: %s", call.name, session.id, result)
+    return result

@@ -1,0 +1,169 @@
+"""The three memory tools the model sees, and how a call to one is carried out.
+
+A bad call (unknown tool, missing or wrong arguments, an unknown profile section) never raises:
+it comes back to the model as a tool result starting with "error:", so the model can correct
+itself, and the conversation goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+
+from llm.types import ToolCall, ToolSpec
+from memory_app import confidence
+from memory_app import services as memory_services
+from memory_app.models import Fact
+from profile_app import services as profile_services
+from profile_app.sections import SECTIONS
+from sessions_app.models import ChatSession, Message
+
+MEMORY_WRITE = ToolSpec(
+    name="memory_write",
+    description=(
+        "Store one lasting fact about the user in long-term memory (their name, job, a "
+        "preference, a decision, a correction of something said before). Write it as a short, "
+        "self-contained statement in the user's language. Not for small talk."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "content": {"type": "string", "description": "the fact, e.g. 用户在 Acme 做后端工程师"},
+            "category": {
+                "type": "string",
+                "enum": [c.value for c in Fact.Category],
+                "description": "preference | decision | knowledge | correction",
+            },
+        },
+        "required": ["content", "category"],
+    },
+)
+PROCEDURE_WRITE = ToolSpec(
+    name="procedure_write",
+    description=(
+        "Store a rule for how you should behave from now on, when the user asks for one "
+        '("always reply in English", "以后不要用韩语"). It is shown to you on every turn.'
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "rule": {"type": "string", "description": "the rule, as an instruction to yourself"},
+            "context": {"type": "string", "description": "why or when it applies"},
+        },
+        "required": ["rule"],
+    },
+)
+PROFILE_UPDATE = ToolSpec(
+    name="profile_update",
+    description=(
+        "Update one section of the user's narrative profile (user_profile.md). mode append adds "
+        "a bullet (default), merge replaces a bullet on the same subject or adds one, overwrite "
+        "replaces the whole section. Sections: "
+        + "; ".join(f"{s.title} ({s.key}): {s.purpose}" for s in SECTIONS)
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "section": {"type": "string", "description": "a section title or key"},
+            "entry": {"type": "string", "description": "the text to write"},
+            "mode": {"type": "string", "enum": ["append", "overwrite", "merge"]},
+        },
+        "required": ["section", "entry"],
+    },
+)
+TOOL_SPECS: tuple[ToolSpec, ...] = (MEMORY_WRITE, PROCEDURE_WRITE, PROFILE_UPDATE)
+
+
+class ToolArgumentError(ValueError):
+    pass
+
+
+def _text(arguments: dict[str, Any], name: str, required: bool = True) -> str:
+    value = arguments.get(name, "")
+    if not isinstance(value, str):
+        raise ToolArgumentError(f"{name} must be a string")
+    if required and not value.strip():
+        raise ToolArgumentError(f"{name} is required and must not be empty")
+    return value.strip()
+
+
+def _memory_write(owner, session, message, arguments) -> str:
+    content = _text(arguments, "content")
+    category = _text(arguments, "category", required=False) or Fact.Category.KNOWLEDGE
+    if category not in Fact.Category.values:
+        raise ToolArgumentError(
+            f"category must be one of {', '.join(Fact.Category.values)}, not {category!r}"
+        )
+    fact = memory_services.fact_write(
+        owner=owner,
+        content=content,
+        category=category,
+        confidence=confidence.AGENT_PROACTIVE,
+        source=Fact.Source.AGENT_PROACTIVE,
+        session=session,
+        message=message,
+    )
+    if fact.hit_count > 1:
+        return (
+            f"ok: already known, reinforced fact {fact.pk} "
+            f"(confidence {fact.confidence:.2f}, seen {fact.hit_count} times)"
+        )
+    return f"ok: stored fact {fact.pk} (confidence {fact.confidence:.2f})"
+
+
+def _procedure_write(owner, session, message, arguments) -> str:
+    rule = _text(arguments, "rule")
+    procedure, created = memory_services.procedure_write(
+        owner=owner,
+        rule=rule,
+        context=_text(arguments, "context", required=False),
+    )
+    if created:
+        return f"ok: rule {procedure.pk} stored; it applies from the next turn on"
+    return f"ok: rule {procedure.pk} already exists, nothing added"
+
+
+def _profile_update(owner, session, message, arguments) -> str:
+    mode = _text(arguments, "mode", required=False) or "append"
+    section = profile_services.profile_update(
+        owner=owner,
+        section=_text(arguments, "section"),
+        entry=_text(arguments, "entry"),
+        mode=mode,
+        actor="agent",
+    )
+    return f"ok: profile section {section.get_key_display()} updated ({mode})"
+
+
+HANDLERS: dict[str, Callable[..., str]] = {
+    "memory_write": _memory_write,
+    "procedure_write": _procedure_write,
+    "profile_update": _profile_update,
+}
+
+
+def run_tool(
+    *, owner: AbstractBaseUser, session: ChatSession, message: Message | None, call: ToolCall
+) -> str:
+    """Carry out one tool call; the result text goes back to the model."""
+    handler = HANDLERS.get(call.name)
+    if handler is None:
+        return f"error: there is no tool named {call.name!r}"
+    if "_invalid_json" in call.arguments:
+        return "error: the arguments were not valid JSON; send a JSON object"
+    try:
+        return handler(owner, session, message, call.arguments)
+    except ToolArgumentError as exc:
+        return f"error: {exc}"
+    except ValidationError as exc:
+        details = (
+            "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
+            if hasattr(exc, "error_dict")
+            else " ".join(exc.messages)
+        )
+        return f"error: {details}"
+    except ValueError as exc:  # the profile service's unknown section or mode
+        return f"error: {exc}"

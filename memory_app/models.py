@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Fact(models.Model):
+    """One long-term fact about the owner (the cold zone), with a confidence score."""
+
+    class Category(models.TextChoices):
+        PREFERENCE = "preference"
+        DECISION = "decision"
+        KNOWLEDGE = "knowledge"
+        CORRECTION = "correction"
+
+    class Source(models.TextChoices):
+        CONSOLIDATOR = "consolidator"
+        AGENT_PROACTIVE = "agent_proactive"
+        IMPORT = "import"
+        ADMIN = "admin"
+        API = "api"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        SUPERSEDED = "superseded"
+        EVICTED = "evicted"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="facts")
+    content = models.TextField()
+    # sha1 of the content lower-cased without punctuation or spacing (normalize.content_key):
+    # "the same fact" means equal keys.
+    content_key = models.CharField(max_length=40, editable=False)
+    category = models.CharField(max_length=16, choices=Category.choices, default=Category.KNOWLEDGE)
+    confidence = models.FloatField(default=0.8)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    hit_count = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    # Provenance: where the fact was learnt.
+    session = models.ForeignKey(
+        "sessions_app.ChatSession", models.SET_NULL, null=True, blank=True, related_name="facts"
+    )
+    message = models.ForeignKey(
+        "sessions_app.Message", models.SET_NULL, null=True, blank=True, related_name="facts"
+    )
+    superseded_by = models.ForeignKey(
+        "self", models.SET_NULL, null=True, blank=True, related_name="supersedes"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    last_accessed = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # facts_for_injection: active facts of one owner by confidence, then recency.
+            models.Index(
+                fields=["owner", "status", "-confidence", "-last_accessed"],
+                name="fact_injection_order",
+            ),
+            # fact_matching: is this fact already known?
+            models.Index(fields=["owner", "content_key"], name="fact_owner_content_key"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(confidence__gte=0, confidence__lte=1),
+                name="fact_confidence_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.content[:60]
+
+
+class FactEvent(models.Model):
+    """The history of a fact: every change, so it can be audited and undone."""
+
+    class Kind(models.TextChoices):
+        ADD = "add"
+        REINFORCE = "reinforce"
+        UPDATE = "update"
+        SUPERSEDE = "supersede"
+        EVICT = "evict"
+        EDIT = "edit"
+
+    fact = models.ForeignKey(Fact, models.CASCADE, related_name="events")
+    event = models.CharField(max_length=16, choices=Kind.choices)
+    old_content = models.TextField(blank=True)
+    new_content = models.TextField(blank=True)
+    old_confidence = models.FloatField(null=True, blank=True)
+    new_confidence = models.FloatField(null=True, blank=True)
+    # Who did it: a source ("agent_proactive", "consolidator") or "admin:<username>".
+    actor = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["fact", "created_at"], name="factevent_fact_time")]
+
+    def __str__(self) -> str:
+        return f"{self.event} {self.fact_id}"
+
+
+class Procedure(models.Model):
+    """A behavioural rule ("always reply in English"), injected into every turn while active."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="procedures")
+    rule = models.TextField()
+    # As Fact.content_key: the same rule is not stacked twice.
+    rule_key = models.CharField(max_length=40, editable=False)
+    context = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    source = models.CharField(
+        max_length=16, choices=Fact.Source.choices, default=Fact.Source.AGENT_PROACTIVE
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # procedures_active: one owner's rules in the order they were made.
+            models.Index(fields=["owner", "active", "created_at"], name="procedure_owner_active"),
+        ]
+
+    def __str__(self) -> str:
+        return self.rule[:60]

@@ -1,0 +1,33 @@
+"""Reads of layer 3, and the rendering of user_profile.md."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from profile_app.models import ProfileSection
+from profile_app.sections import SECTIONS
+
+PROFILE_HEADING = "# 用户画像"
+
+
+def profile_sections(*, owner: AbstractBaseUser) -> dict[str, str]:
+    """{key: content} for all seven sections (empty where nothing is written): one query."""
+    stored = dict(ProfileSection.objects.filter(owner=owner).values_list("key", "content"))
+    return {section.key: stored.get(section.key, "") for section in SECTIONS}
+
+
+def render_profile(contents: dict[str, str]) -> str:
+    """user_profile.md: the heading, then every section in order, each `## title` + its text."""
+    parts = [PROFILE_HEADING]
+    for section in SECTIONS:
+        body = contents.get(section.key, "").strip("\n")
+        parts.append(f"## {section.title}\n\n{body}" if body else f"## {section.title}")
+    return "\n\n".join(parts) + "\n"
+
+
+def profile_markdown(*, owner: AbstractBaseUser) -> str:
+    return render_profile(profile_sections(owner=owner))
+
+
+def profile_is_empty(contents: dict[str, str]) -> bool:
+    return not any(text.strip() for text in contents.values())
