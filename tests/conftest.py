@@ -11,8 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from sessions_app import services
-from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
 from sessions_app.models import ChatSession, Message
+from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

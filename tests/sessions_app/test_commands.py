@@ -95,4 +95,4 @@ def test_console_script_session_commands_on_a_fresh_home(tmp_path):
 
     deleted = run_ethan(["session", "--user", "ada", "delete", session_id], tmp_path, stdin="y\n")
     assert deleted.returncode == 0, deleted.stderr
-    assert deleted.stdout == f"Deleted {session_id} and its 1 messages.\n"
+    assert deleted.stdout == f"Deleted {session_id} and its 2 messages.\n"
