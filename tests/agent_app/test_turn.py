@@ -51,15 +51,13 @@ def memory_state(owner, other_owner):
     Procedure.objects.create(owner=owner, rule="inactive rule", rule_key="c", active=False)
     ProfileSection.objects.create(owner=owner, key="goals", content="- 年底前上线")
     ProfileSection.objects.create(owner=owner, key="basic", content="- 名字：Ada")
-    return facts, tie_old, tie_new
 
 
 def test_exact_system_prompt_on_the_full_path(owner, memory_state):
-    facts, tie_old, tie_new = memory_state
     before = timezone.now()
     system = build_system(owner=owner, mode="work", path="full")
-    # 0.35 + 0.03n: facts 16..0 by confidence; the two 0.83 ties (between fact 15 at 0.80 and
-    # fact 16 at 0.83: equal) ordered by last_accessed, newest first.
+    # 0.35 + 0.03n: facts 16..0 by confidence; fact 16 and the two "tie" facts share 0.83 and
+    # are ordered by last_accessed, newest first.
     expected_facts = [
         "- [knowledge, 0.83] tie newer",
         "- [knowledge, 0.83] fact 16",
@@ -69,7 +67,8 @@ def test_exact_system_prompt_on_the_full_path(owner, memory_state):
     assert system.text == "\n\n".join(
         [
             prompts.PERSONA_WORK,
-            "<behavioral_guidelines>\n- Always reply in English\n- 不要用韩语\n</behavioral_guidelines>",
+            "<behavioral_guidelines>\n- Always reply in English\n- 不要用韩语\n"
+            "</behavioral_guidelines>",
             "<memory_context>\n" + "\n".join(expected_facts) + "\n</memory_context>",
             "<user_profile>\n# 用户画像\n\n## 基础特征\n\n- 名字：Ada\n\n## 身份与背景\n\n"
             "## 目标与方向\n\n- 年底前上线\n\n## 工作与沟通方式\n\n## 心理与情绪\n\n"
