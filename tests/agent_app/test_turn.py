@@ -37,12 +37,11 @@ def fact(owner, content, confidence, minutes_ago=0, status="active", category="k
 
 @pytest.fixture
 def memory_state(owner, other_owner):
-    """17 injectable facts, one below the threshold, one superseded, one of another owner."""
-    facts = [
-        fact(owner, f"fact {n:02d}", round(0.35 + n * 0.03, 2), minutes_ago=n) for n in range(17)
-    ]
-    tie_old = fact(owner, "tie older", 0.83, minutes_ago=500)
-    tie_new = fact(owner, "tie newer", 0.83, minutes_ago=1)
+    """19 injectable facts, one below the threshold, one superseded, one of another owner."""
+    for n in range(17):
+        fact(owner, f"fact {n:02d}", round(0.35 + n * 0.03, 2), minutes_ago=n)
+    fact(owner, "tie older", 0.83, minutes_ago=500)
+    fact(owner, "tie newer", 0.83, minutes_ago=1)
     fact(owner, "too unsure", 0.29)
     fact(owner, "old news", 0.99, status="superseded")
     fact(other_owner, "grace's fact", 1.0)
