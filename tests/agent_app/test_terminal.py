@@ -64,3 +64,51 @@ def test_ctrl_d_leaves_the_console_cleanly(tmp_path):
     console.close()
     assert console.exitstatus == 0
     assert "Traceback" not in console.before
+
+
+def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
+    """A slow model (the OpenAI fake waits 10 s) interrupted with Ctrl-C."""
+    import sqlite3
+
+    from tests.fakes.openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI()
+    fake.reply(FakeOpenAI.text("too late"), delay=10)
+    try:
+        console = pexpect.spawn(
+            sys.executable,
+            ["-m", "ethan_site.cli", "--user", "ada", "--model", "gpt-4o"],
+            cwd=str(ROOT),
+            encoding="utf-8",
+            timeout=30,
+            dimensions=(40, 120),
+            env=clean_env(
+                tmp_path,
+                PROMPT_TOOLKIT_NO_CPR="1",
+                TERM="xterm",
+                OPENAI_API_KEY="test-key",
+                OPENAI_BASE_URL=f"{fake.url}/v1",
+            ),
+        )
+        console.expect(PROMPT)
+        console.send("a question that takes long\r")
+        deadline = 50
+        while not fake.requests and deadline:  # the request is on its way
+            console.expect([pexpect.TIMEOUT], timeout=0.1)
+            deadline -= 1
+        console.sendintr()
+        console.expect(r"\(cancelled; your message is saved in (s_\w+)\)")
+        session_id = console.match.group(1)
+        console.expect(PROMPT)
+        console.send("/exit\r")
+        console.expect(pexpect.EOF)
+        console.close()
+        assert console.exitstatus == 0
+    finally:
+        fake.close()
+    with sqlite3.connect(tmp_path / "ethan.sqlite3") as db:
+        rows = db.execute(
+            "SELECT role, content FROM sessions_app_message WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+    assert rows == [("user", "a question that takes long")]

@@ -8,8 +8,9 @@ pytestmark = pytest.mark.django_db
 
 
 def write(owner, content, confidence=0.8, category="preference", source="consolidator"):
-    return services.fact_write(owner=owner, content=content, category=category,
-                               confidence=confidence, source=source)
+    return services.fact_write(
+        owner=owner, content=content, category=category, confidence=confidence, source=source
+    )
 
 
 def test_equal_facts_reinforce_instead_of_duplicating(owner, other_owner):
@@ -20,7 +21,9 @@ def test_equal_facts_reinforce_instead_of_duplicating(owner, other_owner):
     first.refresh_from_db()
     assert (first.confidence, first.hit_count) == (0.85, 2)
     assert list(FactEvent.objects.filter(fact=first).values_list("event", flat=True)) == [
-        "add", "reinforce"]
+        "add",
+        "reinforce",
+    ]
     assert selectors.fact_matching(owner=owner, content="用户喜欢喝美式咖啡!") == first
 
 
@@ -42,5 +45,4 @@ def test_procedures_do_not_stack_and_come_back(owner):
     Procedure.objects.filter(pk=rule.pk).update(active=False)
     back, created = services.procedure_write(owner=owner, rule="Always reply in English")
     assert (back.pk, back.active, created) == (rule.pk, True, False)
-    assert [p.rule for p in selectors.procedures_active(owner=owner)] == [
-        "Always reply in English"]
+    assert [p.rule for p in selectors.procedures_active(owner=owner)] == ["Always reply in English"]

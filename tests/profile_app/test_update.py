@@ -33,18 +33,25 @@ def test_append_overwrite_merge_in_chinese(owner):
 
     profile_update(owner=owner, section="goals", entry="- 专注一件事", mode="overwrite")
     assert content(owner, "goals") == "- 专注一件事"
-    revisions = list(ProfileRevision.objects.filter(section__key="goals").order_by("created_at")
-                     .values_list("mode", "old_content", "new_content"))
-    assert revisions[-1] == ("overwrite", "- 2026 年底前完成独立产品上线\n- 每周跑步三次",
-                             "- 专注一件事")
+    revisions = list(
+        ProfileRevision.objects.filter(section__key="goals")
+        .order_by("created_at")
+        .values_list("mode", "old_content", "new_content")
+    )
+    assert revisions[-1] == (
+        "overwrite",
+        "- 2026 年底前完成独立产品上线\n- 每周跑步三次",
+        "- 专注一件事",
+    )
     assert len(revisions) == 3
 
 
 def test_merge_in_english_replaces_a_similar_bullet(owner):
     profile_update(owner=owner, section="work_style", entry="Prefers short, direct answers")
     profile_update(owner=owner, section="work_style", entry="Works best in the morning")
-    profile_update(owner=owner, section="work_style", entry="prefers short and direct answers!",
-                   mode="merge")
+    profile_update(
+        owner=owner, section="work_style", entry="prefers short and direct answers!", mode="merge"
+    )
     profile_update(owner=owner, section="work_style", entry="Name: Ada", mode="merge")
     assert content(owner, "work_style") == (
         "- prefers short and direct answers!\n- Works best in the morning\n- Name: Ada"
