@@ -13,7 +13,9 @@ from agent_app.modes import mode_parse
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import build_system
 from agent_app.tools import TOOL_SPECS, run_tool
+from ethan_site.queue import enqueue
 from llm.types import ToolCall
+from memory_app.tasks import consolidate_session
 from memory_app.working import build_context
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
@@ -94,7 +96,8 @@ def turn_run(
 
     path_settings = SETTINGS[path]
     system = build_system(owner=owner, mode=mode, path=path)
-    context = build_context(session=session)
+    # Facts already in <memory_context> are not repeated in the long-term block.
+    context = build_context(session=session, exclude_fact_ids=[fact.pk for fact in system.facts])
     tools = TOOL_SPECS if path_settings.tools else ()
     max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS
     input_tokens = output_tokens = tool_count = 0
@@ -132,6 +135,9 @@ def turn_run(
             )
             context.append(llm.Message.tool(call.id, result, name=call.name))
             tool_count += 1
+    # Consolidation runs after the reply: on a worker once this commits, or in-process after
+    # the reply has been delivered (embedded mode).
+    enqueue(consolidate_session, session.pk)
     return TurnResult(
         session=session,
         reply=reply,

@@ -24,6 +24,10 @@ PERIODIC_TASKS = [
     Periodic(
         name="sessions: remove empty sessions", task="sessions.cleanup_empty", every_seconds=3600
     ),
+    # API and Lark sessions have no "exit": idle ones are closed (and get their episode).
+    Periodic(name="sessions: close idle sessions", task="sessions.close_idle", every_seconds=300),
+    # Owners over the fact capacity (a lowered setting, an import) are brought back under it.
+    Periodic(name="memory: eviction sweep", task="memory.evict_sweep", every_seconds=3600),
 ]
 
 

@@ -161,6 +161,10 @@ ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
 ETHAN_MEMORY_HOT_SIZE = CONFIG.get("ETHAN_MEMORY_HOT_SIZE", 10, int)
 ETHAN_MEMORY_COMPRESS_BATCH = CONFIG.get("ETHAN_MEMORY_COMPRESS_BATCH", 5, int)
 ETHAN_MEMORY_WARM_CAPACITY = CONFIG.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int)
+# Active facts kept per owner; past it the least trusted, least recently used are evicted.
+ETHAN_FACT_CAPACITY = CONFIG.get("ETHAN_FACT_CAPACITY", 1000, int)
+# API and Lark sessions idle this long are closed (ended_at set, episode written) by beat.
+ETHAN_SESSION_IDLE_MINUTES = CONFIG.get("ETHAN_SESSION_IDLE_MINUTES", 30, int)
 # The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
 ETHAN_TURN_MAX_MODEL_CALLS = CONFIG.get("ETHAN_TURN_MAX_MODEL_CALLS", 8, int)
 ETHAN_MESSAGE_MAX_CHARS = CONFIG.get("ETHAN_MESSAGE_MAX_CHARS", 32_000, int)
@@ -219,7 +223,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # longest task (time limit) plus the longest retry countdown (retry_backoff caps at 600 s),
 # or a slow task would be handed to a second worker while the first still runs it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": max(3600, CELERY_TASK_TIME_LIMIT + 600 + 60),
+    "visibility_timeout": CONFIG.get(
+        "ETHAN_BROKER_VISIBILITY_TIMEOUT", max(3600, CELERY_TASK_TIME_LIMIT + 600 + 60), int
+    ),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Memory work and channel replies on separate queues, so a backlog of consolidation never

@@ -10,6 +10,7 @@ keep every code path of the memory system working on a laptop with no key (and i
   terms with a fact in <memory_context> gets that fact back; otherwise a short acknowledgement.
 - summarize: an extractive summary: the first sentence of each user turn (signal sentences first),
   in the conversation's language.
+- fold: the items of the earlier and newer summaries merged, duplicates dropped, newest kept.
 - extract / extract_psych: facts found by patterns, with categories and the design's confidences
   (0.8; 0.9 for 偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), and in companion mode
   the user's feelings for the profile's 心理与情绪 section.
@@ -152,6 +153,8 @@ class OfflineProvider:
         started = time.perf_counter()
         if request.task == "summarize":
             text, calls = summarize(_transcript_turns(request.messages)), ()
+        elif request.task == "fold":
+            text, calls = fold(request.messages[-1].content if request.messages else ""), ()
         elif request.task in ("extract", "extract_psych"):
             found = extract(
                 _transcript_turns(request.messages), psych=request.task == "extract_psych"
@@ -363,7 +366,9 @@ def extract(turns: list[tuple[str, str]], psych: bool) -> dict[str, Any]:
                     {
                         "content": about_user(content),
                         "category": category,
-                        "confidence": 0.95 if strong else confidence,
+                        "importance": 0.95 if strong else confidence,
+                        "action": "ADD",
+                        "target": None,
                     }
                 )
             feeling = about_user(_clean(sentence))
@@ -373,3 +378,28 @@ def extract(turns: list[tuple[str, str]], psych: bool) -> dict[str, Any]:
     if psych:
         result["psych"] = feelings
     return result
+
+
+FOLD_ITEMS = 10
+
+
+def fold(text: str) -> str:
+    """Merge summaries extractively: their items, oldest first, duplicates dropped, the newest
+    FOLD_ITEMS kept (newer details win)."""
+    items: list[str] = []
+    zh = language_of(text) == "zh"
+    for block in re.split(r"\n\s*\n", text):
+        body = block.split("\n", 1)[1] if ":" in block.split("\n", 1)[0] else block
+        body = re.sub(r"^(?:用户提到：|The user said: )", "", body.strip())
+        for item in re.split(r"[；;]\s*", body):
+            item = _clean(item)
+            if item and item not in items:
+                items.append(item)
+    kept = items[-FOLD_ITEMS:]
+    if not kept:
+        return ""
+    return (
+        ("用户提到：" + "；".join(kept) + "。")
+        if zh
+        else ("The user said: " + "; ".join(kept) + ".")
+    )

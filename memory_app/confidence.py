@@ -4,8 +4,13 @@
 - Strong signals from the user ("记住", "纠正", "偏好", "remember", "correct that",
   "I prefer") earn 0.9 to 0.95 (the extractor says which).
 - A fact the agent writes with memory_write starts at 0.95 (AGENT_PROACTIVE).
-- Finding the same fact again reinforces it: confidence = min(1, max(old, new) + 0.05) and
-  hit_count + 1.
+- Finding the same fact again reinforces it: with c = max(old, new),
+  c <- min(0.99, c + (1 - c) * 0.2), and hit_count + 1. Repeated evidence approaches
+  certainty without ever claiming it.
+- A fact that contradicts an active one supersedes it: the old row is kept with status
+  superseded and a link to its successor; only the new one is injected.
+- Each owner keeps at most ETHAN_FACT_CAPACITY (1,000) active facts; past that, the lowest
+  confidence, least recently accessed facts are evicted (kept for audit, never injected).
 - Injection takes active facts with confidence >= 0.3, highest confidence first, then the most
   recently used; 15 of them (5 on the fast path).
 """
@@ -13,11 +18,21 @@
 EXTRACTED = 0.8
 STRONG_SIGNAL = 0.9
 AGENT_PROACTIVE = 0.95
-REINFORCE_STEP = 0.05
+REINFORCE_RATE = 0.2
+CEILING = 0.99
 INJECTION_THRESHOLD = 0.3
 INJECT_LIMIT = 15
 INJECT_LIMIT_FAST = 5
 
 
 def reinforced(old: float, new: float) -> float:
-    return round(min(1.0, max(old, new) + REINFORCE_STEP), 4)
+    base = max(old, new)
+    return round(min(CEILING, base + (1 - base) * REINFORCE_RATE), 4)
+
+
+def from_importance(importance: float) -> float:
+    """The confidence of a background-extracted fact: 0.8, or 0.9-0.95 when the extractor
+    marked a strong signal (importance >= 0.9). The rule, not the model, sets the range."""
+    if importance >= STRONG_SIGNAL:
+        return min(AGENT_PROACTIVE, round(importance, 2))
+    return EXTRACTED

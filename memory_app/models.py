@@ -121,3 +121,49 @@ class Procedure(models.Model):
 
     def __str__(self) -> str:
         return self.rule[:60]
+
+
+class WorkingState(models.Model):
+    """A session's consolidation cursors, in rounds. Workers claim work by moving a cursor with
+    a conditional UPDATE (WHERE cursor = the value they read), so only one of two racing workers
+    stores a batch, and a redelivered task finds the work done."""
+
+    session = models.OneToOneField(
+        "sessions_app.ChatSession", models.CASCADE, primary_key=True, related_name="working_state"
+    )
+    # Rounds 1..compressed_through are summarised (warm or folded into the rolling summary).
+    compressed_through = models.PositiveIntegerField(default=0)
+    # Rounds 1..extracted_through went through fact extraction and into the rolling summary.
+    extracted_through = models.PositiveIntegerField(default=0)
+    rolling_summary = models.TextField(blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} warm@{self.compressed_through} cold@{self.extracted_through}"
+
+
+class Summary(models.Model):
+    """A warm-zone summary of consecutive rounds of one session."""
+
+    session = models.ForeignKey(
+        "sessions_app.ChatSession", models.CASCADE, related_name="summaries"
+    )
+    first_round = models.PositiveIntegerField()
+    last_round = models.PositiveIntegerField()
+    text = models.TextField()
+    model = models.CharField(max_length=100)
+    # Folded into the rolling summary by an extraction (then no longer shown on its own).
+    folded = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "summaries"
+        constraints = [
+            # A second guard behind the cursor claim: one summary per batch.
+            models.UniqueConstraint(
+                fields=["session", "first_round"], name="summary_session_first_round"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} rounds {self.first_round}-{self.last_round}"

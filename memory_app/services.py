@@ -44,13 +44,7 @@ def fact_write(
     )
     fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
     fact.save()
-    FactEvent.objects.create(
-        fact=fact,
-        event=FactEvent.Kind.ADD,
-        new_content=content,
-        new_confidence=confidence,
-        actor=source,
-    )
+    _event(fact, FactEvent.Kind.ADD, actor=source)
     return fact
 
 
@@ -61,14 +55,8 @@ def fact_reinforce(*, fact: Fact, confidence: float, actor: str) -> Fact:
     fact.hit_count += 1
     fact.updated_at = timezone.now()
     fact.save(update_fields=["confidence", "hit_count", "updated_at"])
-    FactEvent.objects.create(
-        fact=fact,
-        event=FactEvent.Kind.REINFORCE,
-        old_content=fact.content,
-        new_content=fact.content,
-        old_confidence=old,
-        new_confidence=fact.confidence,
-        actor=actor,
+    _event(
+        fact, FactEvent.Kind.REINFORCE, actor=actor, old_content=fact.content, old_confidence=old
     )
     return fact
 
@@ -107,3 +95,119 @@ def procedure_write(
     procedure.full_clean(exclude=["owner"])
     procedure.save()
     return procedure, True
+
+
+def _event(fact: Fact, kind: str, *, actor: str, old_content: str = "", old_confidence=None):
+    FactEvent.objects.create(
+        fact=fact,
+        event=kind,
+        old_content=old_content,
+        new_content=fact.content,
+        old_confidence=old_confidence,
+        new_confidence=fact.confidence,
+        actor=actor,
+    )
+
+
+@transaction.atomic
+def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> Fact:
+    """The same fact, said more precisely: new wording, reinforced confidence."""
+    old_content, old_confidence = fact.content, fact.confidence
+    fact.content = " ".join(content.split())
+    fact.content_key = content_key(fact.content)
+    fact.confidence = rules.reinforced(old_confidence, confidence)
+    fact.hit_count += 1
+    fact.updated_at = timezone.now()
+    fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
+    fact.save()
+    _event(
+        fact,
+        FactEvent.Kind.UPDATE,
+        actor=actor,
+        old_content=old_content,
+        old_confidence=old_confidence,
+    )
+    return fact
+
+
+@transaction.atomic
+def fact_supersede(*, old: Fact, new: Fact, actor: str) -> Fact:
+    """`new` contradicts `old`: old is kept, marked superseded and linked to its successor."""
+    if old.pk == new.pk or old.owner_id != new.owner_id:
+        raise ValidationError("a fact can only be superseded by another fact of the same owner")
+    old.status = Fact.Status.SUPERSEDED
+    old.superseded_by = new
+    old.updated_at = timezone.now()
+    old.save(update_fields=["status", "superseded_by", "updated_at"])
+    _event(
+        old,
+        FactEvent.Kind.SUPERSEDE,
+        actor=actor,
+        old_content=old.content,
+        old_confidence=old.confidence,
+    )
+    return old
+
+
+@transaction.atomic
+def fact_set_status(*, fact: Fact, status: str, actor: str) -> Fact:
+    """Evict a fact (kept for audit, never injected) or restore an evicted/superseded one."""
+    kind = FactEvent.Kind.EVICT if status == Fact.Status.EVICTED else FactEvent.Kind.EDIT
+    fact.status = status
+    if status == Fact.Status.ACTIVE:
+        fact.superseded_by = None
+    fact.updated_at = timezone.now()
+    fact.save(update_fields=["status", "superseded_by", "updated_at"])
+    _event(fact, kind, actor=actor, old_content=fact.content, old_confidence=fact.confidence)
+    return fact
+
+
+@transaction.atomic
+def fact_edit(
+    *,
+    fact: Fact,
+    actor: str,
+    content: str | None = None,
+    category: str | None = None,
+    confidence: float | None = None,
+) -> Fact:
+    """A curator's change (admin or API), recorded as an "edit" event with old and new values."""
+    old_content, old_confidence = fact.content, fact.confidence
+    if content is not None:
+        fact.content = " ".join(content.split())
+        if not normalize(fact.content):
+            raise ValidationError({"content": "a fact needs words"})
+        fact.content_key = content_key(fact.content)
+    if category is not None:
+        fact.category = category
+    if confidence is not None:
+        fact.confidence = round(confidence, 4)
+    fact.updated_at = timezone.now()
+    fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
+    fact.save()
+    _event(
+        fact,
+        FactEvent.Kind.EDIT,
+        actor=actor,
+        old_content=old_content,
+        old_confidence=old_confidence,
+    )
+    return fact
+
+
+def facts_evict_over_capacity(
+    *, owner: AbstractBaseUser, capacity: int | None = None, actor: str = "consolidator"
+) -> int:
+    """Keep at most `capacity` active facts: evict the lowest confidence, least recently
+    accessed ones first. Returns how many were evicted."""
+    from django.conf import settings
+
+    capacity = settings.ETHAN_FACT_CAPACITY if capacity is None else capacity
+    active = Fact.objects.filter(owner=owner, status=Fact.Status.ACTIVE)
+    excess = active.count() - capacity
+    if excess <= 0:
+        return 0
+    victims = list(active.order_by("confidence", "last_accessed", "id")[:excess])
+    for fact in victims:
+        fact_set_status(fact=fact, status=Fact.Status.EVICTED, actor=actor)
+    return len(victims)

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from llm.types import Message as LLMMessage
-from sessions_app.models import ChatSession, Message
+from memory_app.rounds import rounds_messages
+from sessions_app.models import ChatSession
 
 LONG_TERM_LABEL = "[长期记忆]"
 SUMMARY_LABEL = "[对话摘要]"
 ACKNOWLEDGE = "好的。"
+# Promoted facts shown in the long-term block at most.
+LONG_TERM_LIMIT = 15
 
 
 @dataclass(frozen=True)
@@ -34,51 +37,69 @@ def memory_config() -> MemoryConfig:
     )
 
 
-def hot_messages(*, session: ChatSession, hot_size: int) -> list[LLMMessage]:
-    """The last `hot_size` rounds before the current input, verbatim, then the current input.
+# However far consolidation lags (a model outage, a backlog), the verbatim part of the context
+# holds at most this many rounds beyond the hot zone: the context stays bounded, and the rounds
+# it skips are still in the database, summarised once consolidation catches up.
+MAX_PENDING_BATCHES = 2
 
-    A round starts at a user message. Only the conversation itself goes in (user messages and
-    the assistant's replies): the tool traffic of earlier rounds stays in the database, its
-    effect is in the replies and in memory, and leaving it out keeps the context portable
-    between providers. Two queries, whatever the history size.
-    """
-    # User messages newest first: [0] is the current input, [1..hot_size] the hot rounds, so
-    # [hot_size] is where the hot zone starts (all of it in a short conversation).
-    oldest_hot = list(
-        Message.objects.filter(session=session, role=Message.Role.USER)
-        .order_by("-seq")
-        .values_list("seq", flat=True)[hot_size : hot_size + 1]
+
+def verbatim_from(*, round_count: int, compressed_through: int, config: MemoryConfig) -> int:
+    """The first round sent verbatim: right after the last summarised round, so rounds that
+    left the hot zone but wait for their batch are not lost, yet never more than
+    MAX_PENDING_BATCHES batches beyond the hot zone."""
+    floor = round_count - config.hot_size - MAX_PENDING_BATCHES * config.compress_batch
+    return max(1, compressed_through + 1, floor)
+
+
+def long_term_block(*, session: ChatSession, exclude_fact_ids=()) -> str:
+    """Facts this conversation's consolidation promoted to the cold zone, minus those already
+    in <memory_context>: the most trusted first."""
+    from memory_app.models import Fact
+
+    facts = (
+        Fact.objects.filter(
+            session=session, source=Fact.Source.CONSOLIDATOR, status=Fact.Status.ACTIVE
+        )
+        .exclude(pk__in=list(exclude_fact_ids))
+        .order_by("-confidence", "-last_accessed")
+        .values_list("content", flat=True)[:LONG_TERM_LIMIT]
     )
-    start = oldest_hot[0] if oldest_hot else 0
-    rows = (
-        Message.objects.filter(session=session, seq__gte=start)
-        .filter(role__in=[Message.Role.USER, Message.Role.ASSISTANT])
-        .order_by("seq")
-        .values_list("role", "content", "tool_calls")
-    )
-    messages = []
-    for role, content, tool_calls in rows:
-        if role == Message.Role.ASSISTANT and (tool_calls or not content):
-            continue  # an intermediate step of a tool loop, not a reply
-        messages.append(LLMMessage(role=role, content=content))
-    return messages
+    return "\n".join(f"- {content}" for content in facts)
+
+
+def summary_block(*, session: ChatSession, rolling: str) -> str:
+    """The rolling summary, then the newer warm summaries, oldest first."""
+    from memory_app.models import Summary
+
+    warm = Summary.objects.filter(session=session, folded=False).order_by("first_round")
+    parts = [rolling.strip()] if rolling.strip() else []
+    parts += [text.strip() for text in warm.values_list("text", flat=True)]
+    return "\n".join(parts)
 
 
 def build_context(
-    *,
-    session: ChatSession,
-    config: MemoryConfig | None = None,
-    long_term: str = "",
-    summary: str = "",
+    *, session: ChatSession, config: MemoryConfig | None = None, exclude_fact_ids=()
 ) -> list[LLMMessage]:
     """[user "[长期记忆]\\n…", assistant "好的。", user "[对话摘要]\\n…", assistant "好的。",
-    the hot rounds…, the current input]. A block with nothing in it is left out together with
-    its 好的。"""
+    the verbatim rounds…, the current input]. A block with nothing in it is left out together
+    with its 好的。 Five queries at most, whatever the history size."""
+    from memory_app.models import WorkingState
+
     config = config or memory_config()
+    state = WorkingState.objects.filter(session=session).first()
+    long_term = summary = ""
+    compressed = 0
+    if state is not None:
+        long_term = long_term_block(session=session, exclude_fact_ids=exclude_fact_ids)
+        summary = summary_block(session=session, rolling=state.rolling_summary)
+        compressed = state.compressed_through
     context: list[LLMMessage] = []
     for label, text in ((LONG_TERM_LABEL, long_term), (SUMMARY_LABEL, summary)):
         if text.strip():
             context.append(LLMMessage.user(f"{label}\n{text.strip()}"))
             context.append(LLMMessage.assistant(ACKNOWLEDGE))
-    context.extend(hot_messages(session=session, hot_size=config.hot_size))
+    first = verbatim_from(
+        round_count=session.round_count, compressed_through=compressed, config=config
+    )
+    context.extend(rounds_messages(session=session, first=first, last=session.round_count))
     return context

@@ -93,3 +93,23 @@ def profile_update(
         section=row, mode=mode, old_content=old, new_content=new, actor=actor
     )
     return row
+
+
+def profile_apply_extraction(*, owner: AbstractBaseUser, items: list[str]) -> int:
+    """The consolidator's [PROFILE_PSYCH] items (companion mode only): merged into 心理与情绪,
+    never into any other section (基础特征 is only ever written by the user or the agent).
+    Returns how many items changed the section."""
+    changed = 0
+    for item in items:
+        if not item.strip():
+            continue
+        before = (
+            ProfileSection.objects.filter(owner=owner, key="psych")
+            .values_list("content", flat=True)
+            .first()
+        )
+        row = profile_update(
+            owner=owner, section="psych", entry=item, mode="merge", actor="consolidator"
+        )
+        changed += int(row.content != (before or ""))
+    return changed

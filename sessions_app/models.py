@@ -30,6 +30,8 @@ class ChatSession(models.Model):
     # The seq of the newest message. Appends claim the next seq by incrementing it, which also
     # serialises concurrent appends to one session (see services.message_append).
     last_seq = models.PositiveIntegerField(default=0)
+    # How many rounds (user messages) the session has: working memory counts in rounds.
+    round_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)

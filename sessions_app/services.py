@@ -112,8 +112,13 @@ def message_append(
     # Claim the next seq. The UPDATE takes the session row's write lock until commit, so
     # concurrent appends to one session queue here and each reads the seq it just wrote; a
     # rolled-back append gives its seq back, so seqs stay gap-free.
-    ChatSession.objects.filter(pk=session.pk).update(last_seq=F("last_seq") + 1, updated_at=now)
-    message.seq = ChatSession.objects.values_list("last_seq", flat=True).get(pk=session.pk)
+    is_round = int(role == Message.Role.USER)
+    ChatSession.objects.filter(pk=session.pk).update(
+        last_seq=F("last_seq") + 1, round_count=F("round_count") + is_round, updated_at=now
+    )
+    message.seq, session.round_count = ChatSession.objects.values_list(
+        "last_seq", "round_count"
+    ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
     message.save(force_insert=True)
     session.last_seq = message.seq
@@ -156,3 +161,23 @@ def session_set_model(*, session: ChatSession, model: str) -> None:
     """The model a session talks to now (a resumed session may switch)."""
     session.model = model
     ChatSession.objects.filter(pk=session.pk).update(model=model)
+
+
+def sessions_close_idle(
+    *,
+    idle_minutes: int,
+    channels: tuple[str, ...] = (
+        ChatSession.Channel.API,
+        ChatSession.Channel.LARK,
+    ),
+) -> list[str]:
+    """End API and Lark sessions with no activity for `idle_minutes` (a console session ends
+    when the console does). Returns the ids it ended, for the episode writer."""
+    cutoff = timezone.now() - timezone.timedelta(minutes=idle_minutes)
+    idle = ChatSession.objects.filter(
+        channel__in=channels, ended_at=None, updated_at__lt=cutoff, last_seq__gt=0
+    )
+    ids = list(idle.values_list("pk", flat=True))
+    # Conditional on ended_at still being empty: a racing second run ends nothing twice.
+    ChatSession.objects.filter(pk__in=ids, ended_at=None).update(ended_at=timezone.now())
+    return ids

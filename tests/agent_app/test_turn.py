@@ -12,7 +12,7 @@ import llm
 from agent_app import prompts
 from agent_app.prompts import build_system
 from agent_app.services import TurnInputError, turn_run
-from memory_app.models import Fact, Procedure
+from memory_app.models import Fact, Procedure, Summary, WorkingState
 from memory_app.working import build_context
 from profile_app.models import ProfileRevision, ProfileSection
 from sessions_app import services as session_services
@@ -119,15 +119,21 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
     for n in range(facts):
         fact(owner, f"f{n}", 0.9)
     ProfileSection.objects.create(owner=owner, key="goals", content="- x")
-    # procedures, facts, the last_accessed update, profile sections; then two for the hot zone.
-    with django_assert_num_queries(6):
+    WorkingState.objects.create(
+        session=session, compressed_through=rounds // 2, rolling_summary="earlier"
+    )
+    Summary.objects.create(session=session, first_round=1, last_round=1, text="s", model="m")
+    # procedures, facts, the last_accessed update, profile sections; then the working state,
+    # the promoted facts, the warm summaries, the round boundaries and the verbatim messages.
+    with django_assert_num_queries(9):
         build_system(owner=owner, mode="work", path="full")
         build_context(session=session)
 
 
-def test_hot_zone_is_the_last_rounds_plus_the_current_input(owner, settings):
+def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
     settings.ETHAN_MEMORY_HOT_SIZE = 2
     session = _history(owner, 4)
+    WorkingState.objects.create(session=session, compressed_through=2)
     context = build_context(session=session)
     assert [(m.role, m.content) for m in context] == [
         ("user", "q2"),
@@ -136,17 +142,28 @@ def test_hot_zone_is_the_last_rounds_plus_the_current_input(owner, settings):
         ("assistant", "a3"),
         ("user", "now"),
     ]
-    with_blocks = build_context(session=session, long_term="用户是开发者", summary="讨论了 X")
-    assert [(m.role, m.content) for m in with_blocks[:4]] == [
-        ("user", "[长期记忆]\n用户是开发者"),
-        ("assistant", "好的。"),
+    Summary.objects.create(
+        session=session, first_round=1, last_round=2, text="讨论了 X", model="offline"
+    )
+    summary_only = build_context(session=session)
+    assert [(m.role, m.content) for m in summary_only[:3]] == [
         ("user", "[对话摘要]\n讨论了 X"),
         ("assistant", "好的。"),
+        ("user", "q2"),
     ]
-    assert [(m.role, m.content) for m in build_context(session=session, summary="s")[:2]] == [
-        ("user", "[对话摘要]\ns"),
+    WorkingState.objects.filter(session=session).update(rolling_summary="更早：Y")
+    promoted = fact(owner, "用户是开发者", 0.8)
+    Fact.objects.filter(pk=promoted.pk).update(session=session, source="consolidator")
+    with_blocks = build_context(session=session)
+    assert [(m.role, m.content) for m in with_blocks[:4]] == [
+        ("user", "[长期记忆]\n- 用户是开发者"),
+        ("assistant", "好的。"),
+        ("user", "[对话摘要]\n更早：Y\n讨论了 X"),
         ("assistant", "好的。"),
     ]
+    # A promoted fact already in <memory_context> is not repeated.
+    without = build_context(session=session, exclude_fact_ids=[promoted.pk])
+    assert without[0].content.startswith("[对话摘要]")
 
 
 def test_hot_zone_leaves_out_tool_traffic(owner, llm_config):
@@ -300,10 +317,10 @@ def test_equal_facts_reinforce_and_rules_do_not_stack(owner, llm_config):
         turn_run(owner=owner, session=None, text="记住我喜欢喝美式咖啡")
         turn_run(owner=owner, session=None, text="以后回复都用英文")
     stored = Fact.objects.get()
-    assert (stored.confidence, stored.hit_count) == (1.0, 2)
+    assert (stored.confidence, stored.hit_count) == (0.96, 2)  # 0.95 + (1 - 0.95) * 0.2
     assert list(stored.events.values_list("event", "old_confidence", "new_confidence")) == [
         ("add", None, 0.95),
-        ("reinforce", 0.95, 1.0),
+        ("reinforce", 0.95, 0.96),
     ]
     assert Procedure.objects.count() == 1
 

@@ -219,7 +219,7 @@ def test_offline_summary_is_extractive_in_the_conversation_language():
 
 def test_offline_extraction_categories_and_strong_signal_confidences():
     extraction = memory.extract(model="offline", messages=ROUNDS_ZH)
-    assert [(f.content, f.category, f.confidence) for f in extraction.facts] == [
+    assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("用户是后端工程师，在杭州工作", "knowledge", 0.8),
         ("用户更喜欢简短的回答", "preference", 0.9),
         ("周五前要交季度报告", "knowledge", 0.95),
@@ -228,7 +228,7 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
     assert extraction.psych == ()  # only asked for in companion mode
 
     extraction = memory.extract(model="offline", messages=ROUNDS_EN)
-    assert [(f.content, f.category, f.confidence) for f in extraction.facts] == [
+    assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("User: I am a backend engineer and I live in Porto", "knowledge", 0.8),
         ("User: I prefer short answers", "preference", 0.9),
         ("User: the launch is on Friday", "knowledge", 0.95),

@@ -16,8 +16,8 @@ CONVERSATION = [
 ]
 GOOD = {
     "facts": [
-        {"content": "用户是后端工程师，住在杭州", "category": "knowledge", "confidence": 0.8},
-        {"content": "用户更喜欢简短的回答", "category": "preference", "confidence": 0.95},
+        {"content": "用户是后端工程师，住在杭州", "category": "knowledge", "importance": 0.8},
+        {"content": "用户更喜欢简短的回答", "category": "preference", "importance": 0.95},
     ]
 }
 
@@ -25,7 +25,7 @@ GOOD = {
 def test_extraction_prompt_states_the_schema_and_the_language(provider):
     provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
     extraction = memory.extract(model=provider.model, messages=CONVERSATION)
-    assert [(f.content, f.category, f.confidence) for f in extraction.facts] == [
+    assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("用户是后端工程师，住在杭州", "knowledge", 0.8),
         ("用户更喜欢简短的回答", "preference", 0.95),
     ]
