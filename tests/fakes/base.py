@@ -4,6 +4,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,6 +36,9 @@ class FakeServer:
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self.script: deque[Reply] = deque()
+        # Answers requests when the script is empty: a function of the request, for tests
+        # where many calls of different kinds interleave.
+        self.responder: Callable[[Recorded], Reply] | None = None
         self._lock = threading.Lock()
         fake = self
 
@@ -97,13 +101,12 @@ class FakeServer:
             self.requests.append(recorded)
             try:
                 self.check(recorded)
-                reply = (
-                    self.script.popleft()
-                    if self.script
-                    else Reply(
-                        500, self.error_body(500, "fake: no reply scripted for this request")
-                    )
-                )
+                if self.script:
+                    reply = self.script.popleft()
+                elif self.responder is not None:
+                    reply = self.responder(recorded)
+                else:
+                    reply = Reply(500, self.error_body(500, "fake: no reply scripted"))
             except ProtocolError as exc:
                 reply = Reply(400, self.error_body(400, str(exc)))
         if reply.delay:

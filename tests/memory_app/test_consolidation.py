@@ -1,0 +1,384 @@
+"""Working memory end to end: the context's shape as a conversation grows, how many compression
+calls it costs and on which model, extraction in both modes, and the cursor claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import llm
+from agent_app.services import turn_run
+from ethan_site import queue
+from memory_app import consolidator
+from memory_app.consolidator import consolidation_run
+from memory_app.models import Fact, FactEvent, Summary, WorkingState
+from memory_app.working import MemoryConfig
+from profile_app.models import ProfileSection
+from sessions_app import services as session_services
+from tests.fakes.base import Reply
+from tests.fakes.openai_fake import FakeOpenAI
+
+pytestmark = pytest.mark.django_db
+
+
+def round_text(n: int) -> str:
+    return {1: "我是后端工程师，住在杭州。", 3: "我更喜欢简短的回答。"}.get(
+        n, f"我们聊第{n}个话题。"
+    )
+
+
+class MiniModel:
+    """The OpenAI fake's answers: gpt-4o chats, gpt-4o-mini (the routed compression model)
+    summarises, extracts and folds. Counts what it was asked."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __call__(self, recorded):
+        body = recorded.body
+        system = body["messages"][0]["content"]
+        if body["model"] == "gpt-4o":
+            return Reply(body=FakeOpenAI.text(f"好的{len(self.calls)}"))
+        if "compress a conversation" in system:
+            kind, text = "summarize", f"摘要{self.calls.count('summarize') + 1}"
+        elif "extract long-term memories" in system:
+            kind = "extract"
+            text = json.dumps(
+                {
+                    "facts": [
+                        {"content": "用户是后端工程师", "category": "knowledge", "importance": 0.8},
+                        {
+                            "content": "用户更喜欢简短的回答",
+                            "category": "preference",
+                            "importance": 0.9,
+                        },
+                    ]
+                },
+                ensure_ascii=False,
+            )
+        else:
+            assert "running summary" in system
+            kind, text = "fold", "滚动摘要"
+        self.calls.append(kind)
+        return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})
+
+
+def test_context_shape_and_compression_calls_over_31_rounds(
+    owner, fakes, settings, django_capture_on_commit_callbacks
+):
+    settings.ETHAN_EMBEDDED = True
+    openai = fakes["openai"]
+    mini = MiniModel()
+    openai.fake.responder = mini
+    for n in range(15):  # trusted facts that fill <memory_context>
+        Fact.objects.create(
+            owner=owner, content=f"seed {n}", content_key=f"s{n}", confidence=0.99, source="admin"
+        )
+    session = None
+    for n in range(1, 32):
+        with django_capture_on_commit_callbacks(execute=True):
+            result = turn_run(owner=owner, session=session, text=round_text(n), model="gpt-4o")
+        session = result.session
+        queue.run_deferred()  # embedded: consolidation after the reply
+
+    chats = [r.body for r in openai.fake.requests if r.body["model"] == "gpt-4o"]
+    assert len(chats) == 31
+
+    def shape(n):
+        return [(m["role"], m["content"]) for m in chats[n - 1]["messages"][1:]]
+
+    def verbatim(first, last):
+        out = []
+        for k in range(first, last + 1):
+            out += [("user", round_text(k)), ("assistant", None)]
+        return out
+
+    def same(n, expected):
+        got = shape(n)
+        assert len(got) == len(expected), n
+        for (role, content), (want_role, want) in zip(got, expected, strict=True):
+            assert role == want_role, n
+            if want is not None:
+                assert content == want, n
+
+    same(1, [("user", round_text(1))])
+    same(10, [*verbatim(1, 9), ("user", round_text(10))])
+    same(11, [*verbatim(1, 10), ("user", round_text(11))])
+    same(15, [*verbatim(1, 14), ("user", round_text(15))])  # 4 rounds wait for their batch
+    same(
+        16,
+        [
+            ("user", "[对话摘要]\n摘要1"),
+            ("assistant", "好的。"),
+            *verbatim(6, 15),
+            ("user", round_text(16)),
+        ],
+    )
+    same(
+        30,
+        [
+            ("user", "[对话摘要]\n摘要1\n摘要2\n摘要3"),
+            ("assistant", "好的。"),
+            *verbatim(16, 29),
+            ("user", round_text(30)),
+        ],
+    )
+    same(
+        31,
+        [
+            ("user", "[长期记忆]\n- 用户更喜欢简短的回答\n- 用户是后端工程师"),
+            ("assistant", "好的。"),
+            ("user", "[对话摘要]\n滚动摘要"),
+            ("assistant", "好的。"),
+            *verbatim(21, 30),
+            ("user", round_text(31)),
+        ],
+    )
+
+    # Compression ran on the routed model: four batches, one extraction and one fold.
+    assert mini.calls == ["summarize"] * 4 + ["extract", "fold"]
+    assert {r.body["model"] for r in openai.fake.requests} == {"gpt-4o", "gpt-4o-mini"}
+    assert list(
+        Summary.objects.order_by("first_round").values_list(
+            "first_round", "last_round", "model", "folded"
+        )
+    ) == [
+        (1, 5, "gpt-4o-mini", True),
+        (6, 10, "gpt-4o-mini", True),
+        (11, 15, "gpt-4o-mini", True),
+        (16, 20, "gpt-4o-mini", True),
+    ]
+    state = WorkingState.objects.get(session=session)
+    assert (state.compressed_through, state.extracted_through, state.rolling_summary) == (
+        20,
+        20,
+        "滚动摘要",
+    )
+    promoted = Fact.objects.filter(session=session, source="consolidator")
+    assert sorted(promoted.values_list("content", "confidence")) == [
+        ("用户是后端工程师", 0.8),
+        ("用户更喜欢简短的回答", 0.9),
+    ]
+
+
+def _rounds(owner, texts, mode="work", model="offline"):
+    session = session_services.session_start(owner=owner, mode=mode, model=model)
+    for text in texts:
+        session_services.message_append(session=session, role="user", content=text)
+        session_services.message_append(session=session, role="assistant", content="嗯。")
+    return session
+
+
+SMALL = MemoryConfig(hot_size=1, compress_batch=1, warm_capacity=2)
+COMPANION_TEXTS = [
+    "我叫张三，我是后端工程师。最近压力很大，晚上失眠。",
+    "听音乐能让我放松。",
+    "我更喜欢简短的回答。",
+]
+
+
+def test_companion_mode_extracts_psych_but_never_basic_traits(owner, llm_config):
+    session = _rounds(owner, COMPANION_TEXTS, mode="companion")
+    report = consolidation_run(session_id=session.pk, config=SMALL)
+    assert (report.summaries, report.extractions) == (2, 1)
+    psych = ProfileSection.objects.get(owner=owner, key="psych").content
+    assert psych == "- 最近压力很大，晚上失眠\n- 听音乐能让用户放松"
+    assert not ProfileSection.objects.filter(owner=owner, key="basic").exists()
+    assert list(Fact.objects.order_by("id").values_list("content", "category", "confidence")) == [
+        ("用户叫张三，用户是后端工程师", "knowledge", 0.8)
+    ]
+
+
+def test_work_mode_extracts_no_psych_profile(owner, llm_config):
+    session = _rounds(owner, COMPANION_TEXTS, mode="work")
+    consolidation_run(session_id=session.pk, config=SMALL)
+    assert not ProfileSection.objects.exists()
+    assert Fact.objects.count() == 1
+
+
+def test_offline_rules_reinforce_update_supersede_and_history(owner, llm_config):
+    old_city = Fact.objects.create(
+        owner=owner, content="用户住在杭州", content_key="x", confidence=0.8, source="consolidator"
+    )
+    from memory_app.normalize import content_key
+
+    Fact.objects.filter(pk=old_city.pk).update(content_key=content_key("用户住在杭州"))
+    session = _rounds(owner, ["我住在杭州。", "纠正一下，我住在上海，不是杭州。", "你好"])
+    report = consolidation_run(session_id=session.pk, config=SMALL)
+    assert report.facts == ["reinforce", "supersede"]
+    old_city.refresh_from_db()
+    new_city = Fact.objects.get(content="纠正一下，用户住在上海，不是杭州")
+    assert (old_city.status, old_city.superseded_by_id, old_city.hit_count) == (
+        "superseded",
+        new_city.pk,
+        2,
+    )
+    assert (new_city.status, new_city.category, new_city.confidence) == (
+        "active",
+        "correction",
+        0.9,
+    )
+    assert list(old_city.events.order_by("id").values_list("event", "actor")) == [
+        ("reinforce", "consolidator"),
+        ("supersede", "consolidator"),
+    ]
+    assert list(new_city.events.values_list("event", flat=True)) == ["add"]
+
+
+def test_a_language_model_decides_with_numbered_known_facts(owner, fakes):
+    openai = fakes["openai"]
+    city = Fact.objects.create(
+        owner=owner, content="用户住在杭州", content_key="k1", confidence=0.8, source="consolidator"
+    )
+    coffee = Fact.objects.create(
+        owner=owner, content="用户喜欢咖啡", content_key="k2", confidence=0.8, source="consolidator"
+    )
+    session = _rounds(
+        owner, ["我搬到上海了，不住杭州了。", "我还是喜欢咖啡，尤其美式。", "好"], model="gpt-4o"
+    )
+    openai.fake.reply(openai.text("摘要1"))
+    openai.fake.reply(openai.text("摘要2"))
+    openai.fake.reply(
+        openai.text(
+            json.dumps(
+                {
+                    "facts": [
+                        {
+                            "content": "用户住在上海",
+                            "category": "correction",
+                            "importance": 0.9,
+                            "action": "SUPERSEDE",
+                            "target": 2,
+                        },
+                        {
+                            "content": "用户喜欢美式咖啡",
+                            "category": "preference",
+                            "importance": 0.8,
+                            "action": "UPDATE",
+                            "target": 1,
+                        },
+                        {
+                            "content": "用户养了一只猫",
+                            "category": "knowledge",
+                            "importance": 0.8,
+                            "action": "UPDATE",
+                            "target": 99,
+                        },
+                    ]
+                },
+                ensure_ascii=False,
+            )
+        )
+    )
+    openai.fake.reply(openai.text("滚动摘要"))
+    report = consolidation_run(session_id=session.pk, config=SMALL)
+    assert report.facts == ["supersede", "update", "add"]
+    extract_system = openai.fake.requests[2].body["messages"][0]["content"]
+    # The model saw the closest facts (most shared terms first) numbered from 1, never their
+    # database ids.
+    assert (
+        "Known facts:\n1. 用户喜欢咖啡\n2. 用户住在杭州\n\nAnswer with one JSON" in extract_system
+    )
+    city.refresh_from_db()
+    coffee.refresh_from_db()
+    assert city.status == "superseded"
+    assert city.superseded_by.content == "用户住在上海"
+    assert (coffee.content, coffee.confidence, coffee.hit_count) == ("用户喜欢美式咖啡", 0.84, 2)
+    assert list(coffee.events.values_list("event", "old_content", "new_content")) == [
+        ("update", "用户喜欢咖啡", "用户喜欢美式咖啡")
+    ]
+    assert Fact.objects.get(content="用户养了一只猫").status == "active"
+
+
+def test_capacity_evicts_the_least_trusted_least_used(owner, llm_config, settings):
+    settings.ETHAN_FACT_CAPACITY = 2
+    keep = Fact.objects.create(
+        owner=owner, content="keep", content_key="a", confidence=0.95, source="admin"
+    )
+    Fact.objects.create(
+        owner=owner, content="weak", content_key="b", confidence=0.4, source="admin"
+    )
+    session = _rounds(owner, ["我更喜欢简短的回答。", "你好", "再见"])
+    report = consolidation_run(session_id=session.pk, config=SMALL)
+    assert report.evicted == 1
+    assert list(
+        Fact.objects.filter(status="active").order_by("id").values_list("content", flat=True)
+    ) == ["keep", "用户更喜欢简短的回答"]
+    weak = Fact.objects.get(content="weak")
+    assert weak.status == "evicted"
+    assert list(weak.events.values_list("event", flat=True)) == ["evict"]
+    assert keep.status == "active"
+
+
+def test_running_twice_writes_once(owner, llm_config):
+    session = _rounds(owner, [f"第{n}轮" for n in range(8)])
+    config = MemoryConfig(hot_size=2, compress_batch=2, warm_capacity=100)
+    assert consolidation_run(session_id=session.pk, config=config).summaries == 3
+    assert consolidation_run(session_id=session.pk, config=config).summaries == 0
+    assert Summary.objects.count() == 3
+
+
+def test_a_racing_worker_that_claims_first_wins(owner, llm_config, monkeypatch):
+    """Between our model call and our claim another worker stored the batch: we store nothing."""
+    session = _rounds(owner, [f"第{n}轮" for n in range(3)])
+    config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=100)
+    real_summarize = consolidator.llm_memory.summarize
+
+    def summarize_while_another_worker_finishes(**kwargs):
+        text = real_summarize(**kwargs)
+        WorkingState.objects.filter(session=session).update(compressed_through=2)
+        Summary.objects.create(
+            session=session, first_round=1, last_round=2, text="theirs", model="offline"
+        )
+        return text
+
+    monkeypatch.setattr(
+        consolidator.llm_memory, "summarize", summarize_while_another_worker_finishes
+    )
+    report = consolidation_run(session_id=session.pk, config=config)
+    assert report.summaries == 0
+    assert list(Summary.objects.values_list("text", flat=True)) == ["theirs"]
+
+
+def test_a_model_outage_leaves_the_cursors_for_later(owner, fakes):
+    openai = fakes["openai"]
+    session = _rounds(owner, ["一", "二", "三"], model="gpt-4o")
+    for _ in range(3):
+        openai.fake.reply(openai.error(503, "down"), status=503)
+    with pytest.raises(llm.ModelUnavailable):
+        consolidation_run(session_id=session.pk, config=SMALL)
+    state = WorkingState.objects.get(session=session)
+    assert (state.compressed_through, state.extracted_through) == (0, 0)
+    assert not Summary.objects.exists()
+    openai.fake.responder = lambda recorded: Reply(
+        body=FakeOpenAI.text(
+            json.dumps({"facts": []})
+            if "extract" in recorded.body["messages"][0]["content"]
+            else "ok"
+        )
+    )
+    report = consolidation_run(session_id=session.pk, config=SMALL)
+    assert (report.summaries, report.extractions) == (2, 1)
+
+
+def test_idle_api_sessions_are_closed(owner, make_session):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import ChatSession
+    from sessions_app.tasks import close_idle
+
+    idle = make_session(owner, "old", "reply", channel="api")
+    fresh = make_session(owner, "new", "reply", channel="lark")
+    console = make_session(owner, "mine", "reply", channel="console")
+    ChatSession.objects.filter(pk__in=[idle.pk, console.pk]).update(
+        updated_at=timezone.now() - timedelta(hours=2)
+    )
+    assert close_idle() == 1
+    assert list(ChatSession.objects.exclude(ended_at=None).values_list("pk", flat=True)) == [
+        idle.pk
+    ]
+    assert close_idle() == 0
+    assert fresh.pk and FactEvent.objects.count() == 0
