@@ -1,0 +1,123 @@
+import pytest
+
+from memory_app.models import Fact, FactEvent
+from memory_app.services import fact_write
+from profile_app.models import ProfileRevision, ProfileSection
+from profile_app.services import profile_update
+
+pytestmark = pytest.mark.django_db
+URL = "/admin/memory_app/fact/"
+
+
+def make(owner, content, confidence):
+    return fact_write(
+        owner=owner,
+        content=content,
+        category="knowledge",
+        confidence=confidence,
+        source="consolidator",
+    )
+
+
+def test_fact_list_filters_and_search(admin_client, owner):
+    make(owner, "likes tea", 0.2)
+    make(owner, "lives in Porto", 0.95)
+    page = admin_client.get(URL, {"band": "strong"})
+    assert "lives in Porto" in page.text and "likes tea" not in page.text
+    page = admin_client.get(URL, {"band": "low", "q": "tea"})
+    assert "likes tea" in page.text and "lives in Porto" not in page.text
+    page = admin_client.get(URL, {"status__exact": "active", "source__exact": "consolidator"})
+    assert page.status_code == 200
+
+
+def test_actions_write_history(admin_client, owner):
+    fact = make(owner, "lives in Porto", 0.8)
+    for action in ("raise_confidence", "evict", "restore", "lower_confidence"):
+        admin_client.post(URL, {"action": action, "_selected_action": [fact.pk]})
+    fact.refresh_from_db()
+    assert (fact.status, fact.confidence) == ("active", 0.8)
+    assert list(fact.events.order_by("id").values_list("event", "new_confidence", "actor")) == [
+        ("add", 0.8, "consolidator"),
+        ("edit", 0.9, "admin:admin"),
+        ("evict", 0.9, "admin:admin"),
+        ("edit", 0.9, "admin:admin"),
+        ("edit", 0.8, "admin:admin"),
+    ]
+
+
+def test_editing_and_superseding_in_the_form(admin_client, owner, other_owner):
+    old = make(owner, "lives in Porto", 0.8)
+    new = make(owner, "lives in Lisbon", 0.9)
+    theirs = make(other_owner, "lives in Rome", 0.9)
+    page = admin_client.get(f"{URL}{old.pk}/change/")
+    assert "add" in page.text and "consolidator" in page.text  # the history inline
+    form = {
+        "owner": owner.pk,
+        "content": "lives in Porto, Portugal",
+        "category": "knowledge",
+        "confidence": "0.8",
+        "supersede_with": "",
+        "events-TOTAL_FORMS": "1",
+        "events-INITIAL_FORMS": "1",
+        "events-MIN_NUM_FORMS": "0",
+        "events-MAX_NUM_FORMS": "1000",
+        "events-0-id": old.events.get().pk,
+        "events-0-fact": old.pk,
+    }
+    response = admin_client.post(f"{URL}{old.pk}/change/", form)
+    assert response.status_code == 302, response.text[:2000]
+    old.refresh_from_db()
+    assert old.content == "lives in Porto, Portugal"
+    edit = old.events.get(event="edit")
+    assert (edit.old_content, edit.new_content, edit.actor) == (
+        "lives in Porto",
+        "lives in Porto, Portugal",
+        "admin:admin",
+    )
+
+    form.update(
+        {
+            "supersede_with": str(new.pk),
+            "events-TOTAL_FORMS": "2",
+            "events-INITIAL_FORMS": "2",
+            "events-1-id": edit.pk,
+            "events-1-fact": old.pk,
+        }
+    )
+    form["events-0-id"] = edit.pk
+    form["events-1-id"] = old.events.get(event="add").pk
+    admin_client.post(f"{URL}{old.pk}/change/", form)
+    old.refresh_from_db()
+    assert (old.status, old.superseded_by_id) == ("superseded", new.pk)
+    assert theirs.status == "active"
+
+
+def test_adding_a_fact_in_the_admin_goes_through_the_service(admin_client, owner):
+    response = admin_client.post(
+        f"{URL}add/",
+        {
+            "owner": owner.pk,
+            "content": "prefers email",
+            "category": "preference",
+            "confidence": "0.7",
+            "events-TOTAL_FORMS": "0",
+            "events-INITIAL_FORMS": "0",
+            "events-MIN_NUM_FORMS": "0",
+            "events-MAX_NUM_FORMS": "1000",
+        },
+    )
+    assert response.status_code == 302, response.text[:2000]
+    fact = Fact.objects.get()
+    assert (fact.source, fact.confidence) == ("admin", 0.7)
+    assert FactEvent.objects.get().event == "add"
+
+
+def test_a_bad_merge_is_undone_from_the_admin(admin_client, owner):
+    profile_update(owner=owner, section="basic", entry="名字：张三", mode="merge")
+    profile_update(owner=owner, section="basic", entry="名字：李雷", mode="merge")
+    bad = ProfileRevision.objects.latest("id")
+    admin_client.post(
+        "/admin/profile_app/profilerevision/", {"action": "undo", "_selected_action": [bad.pk]}
+    )
+    assert ProfileSection.objects.get(owner=owner, key="basic").content == "- 名字：张三"
+    assert ProfileRevision.objects.latest("id").actor == f"admin:admin (undo #{bad.pk})"
