@@ -7,6 +7,7 @@ Nothing here is skipped: run without the services, these tests fail and say why.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -50,50 +51,100 @@ def _database_url() -> str:
     )
 
 
+class Workers:
+    """Start real `celery worker` processes on the test database and broker."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, pool: str = "solo", **extra_env: str) -> subprocess.Popen:
+        """`pool="prefork"` runs the event loop that also hands back tasks of dead workers
+        (Redis visibility timeout), as production workers do."""
+        hostname = f"{name}-{uuid.uuid4().hex[:6]}@localhost"
+        log_path = self.log_dir / f"{name}.log"
+        env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(),
+            "ETHAN_LOG_LEVEL": "INFO",
+            **extra_env,
+        }
+        with log_path.open("w") as log:
+            worker = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "ethan_site",
+                    "worker",
+                    "--pool",
+                    pool,
+                    "--concurrency",
+                    "1",
+                    "--queues",
+                    "memory,channels",
+                    "--hostname",
+                    hostname,
+                    "--loglevel",
+                    "INFO",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own process group: a crash test kills the pool's children too.
+                start_new_session=True,
+            )
+        worker.log_path = log_path
+        worker.hostname = hostname
+        self.started.append(worker)
+        deadline = time.monotonic() + WORKER_START_SECONDS
+        while not celery_app.control.ping(destination=[hostname], timeout=1.0):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                worker.kill()
+                pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
+        return worker
+
+    @staticmethod
+    def crash(worker: subprocess.Popen) -> None:
+        """SIGKILL the worker and its pool processes at once, like a machine going down."""
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for worker in self.started:
+            if worker.poll() is None:
+                worker.terminate()
+        for worker in self.started:
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        self.started.clear()
+
+
 @pytest.fixture(scope="session")
 def celery_worker_process(services_ready, tmp_path_factory):
-    """A real `celery worker` process on the test database and the test broker."""
-    name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    """One real worker for the whole session, on the default settings."""
     celery_app.control.purge()  # nothing left over from an earlier run
-    env = {**os.environ, "DATABASE_URL": _database_url(), "ETHAN_LOG_LEVEL": "INFO"}
-    with log_path.open("w") as log:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "ethan_site",
-                "worker",
-                "--pool",
-                "solo",
-                "--queues",
-                "memory,channels",
-                "--hostname",
-                name,
-                "--loglevel",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + WORKER_START_SECONDS
-    while not celery_app.control.ping(destination=[name], timeout=1.0):
-        if worker.poll() is not None or time.monotonic() > deadline:
-            worker.kill()
-            pytest.fail(f"the Celery worker did not start:\n{log_path.read_text()[-3000:]}")
+    workers = Workers(tmp_path_factory.mktemp("worker"))
+    worker = workers.start("shared")
     yield worker
-    worker.terminate()
-    try:
-        worker.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        worker.kill()
+    workers.stop_all()
+
+
+@pytest.fixture
+def workers(services_ready, tmp_path):
+    """Workers of a test's own (started on demand, stopped at the end)."""
+    celery_app.control.purge()
+    made = Workers(tmp_path)
+    yield made
+    made.stop_all()
+    celery_app.control.purge()
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1) -> bool:

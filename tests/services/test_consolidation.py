@@ -1,0 +1,119 @@
+"""Consolidation on real Celery workers, Redis and PostgreSQL: turns consolidated in the
+background, two workers racing on one session, and a worker killed in the middle of a task."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agent_app.services import turn_run
+from ethan_site import queue
+from memory_app.models import Summary, WorkingState
+from memory_app.tasks import consolidate_session
+from sessions_app import services as session_services
+from tests.fakes.base import Reply
+from tests.fakes.openai_fake import FakeOpenAI
+from tests.services.conftest import wait_for
+
+SMALL = {
+    "ETHAN_MEMORY_HOT_SIZE": "1",
+    "ETHAN_MEMORY_COMPRESS_BATCH": "1",
+    "ETHAN_MEMORY_WARM_CAPACITY": "1000",
+}
+
+
+@pytest.fixture
+def slow_model():
+    """The compression model (gpt-4o-mini) on the OpenAI fake; `delays` sets how long each
+    answer takes, request by request."""
+    fake = FakeOpenAI()
+    fake.delays = []
+
+    def answer(recorded):
+        delay = fake.delays.pop(0) if fake.delays else 0.05
+        return Reply(body=FakeOpenAI.text(f"summary {len(fake.requests)}"), delay=delay)
+
+    fake.responder = answer
+    fake.env = {
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": f"{fake.url}/v1",
+        "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
+    }
+    yield fake
+    fake.close()
+
+
+def _session_with_rounds(owner, rounds: int):
+    session = session_services.session_start(owner=owner, model="gpt-4o")
+    for n in range(rounds):
+        session_services.message_append(session=session, role="user", content=f"round {n + 1}")
+        session_services.message_append(session=session, role="assistant", content="ok")
+    return session
+
+
+@pytest.mark.django_db(transaction=True)
+def test_turns_are_consolidated_by_a_real_worker(celery_worker_process, owner, settings):
+    settings.ETHAN_EMBEDDED = False
+    session = None
+    for n in range(16):
+        result = turn_run(
+            owner=owner, session=session, text=f"我们聊第{n + 1}个话题。", model="offline"
+        )
+        session = result.session
+    assert queue._pending() == []  # sent to the broker, not kept in-process
+    # After round 15 the first five rounds left the hot zone (10): one summary, by the worker.
+    assert wait_for(lambda: Summary.objects.filter(session=session).exists())
+    summary = Summary.objects.get(session=session)
+    assert (summary.first_round, summary.last_round, summary.model) == (1, 5, "offline")
+    assert summary.text.startswith("用户提到：我们聊第1个话题")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_racing_store_one_summary_per_batch(workers, owner, slow_model):
+    session = _session_with_rounds(owner, 25)
+    workers.start("racer-a", **SMALL, **slow_model.env)
+    workers.start("racer-b", **SMALL, **slow_model.env)
+    consolidate_session.delay(session.pk)
+    consolidate_session.delay(session.pk)
+    assert wait_for(
+        lambda: WorkingState.objects.filter(session=session, compressed_through=24).exists(),
+        timeout=60,
+    )
+    summaries = list(
+        Summary.objects.filter(session=session)
+        .order_by("first_round")
+        .values_list("first_round", "last_round")
+    )
+    assert summaries == [(n, n) for n in range(1, 25)]
+    # Both really worked on the same batches: more model calls than stored summaries.
+    assert len(slow_model.requests) > 24
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_task_is_redelivered_without_duplicates(workers, owner, slow_model):
+    session = _session_with_rounds(owner, 3)
+    slow_model.delays = [60]  # the first model call hangs: the worker is killed during it
+    env = {**SMALL, **slow_model.env, "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3"}
+    first = workers.start("doomed", pool="prefork", **env)
+    consolidate_session.delay(session.pk)
+    assert wait_for(lambda: len(slow_model.requests) == 1, timeout=30), first.log_path.read_text()[
+        -3000:
+    ]
+    workers.crash(first)
+    assert not Summary.objects.exists()  # it died before writing anything
+
+    # A replacement worker starting after the visibility timeout (3 s here) takes the task
+    # back at start-up; a worker already running rescans only every ~100 s (kombu's throttle).
+    time.sleep(4)
+    survivor = workers.start("survivor", pool="prefork", **env)
+    # Redis hands the unacknowledged task to the survivor once the visibility timeout passed.
+    assert wait_for(
+        lambda: WorkingState.objects.filter(session=session, compressed_through=2).exists(),
+        timeout=90,
+    ), survivor.log_path.read_text()[-3000:]
+    assert list(
+        Summary.objects.filter(session=session)
+        .order_by("first_round")
+        .values_list("first_round", "last_round")
+    ) == [(1, 1), (2, 2)]
