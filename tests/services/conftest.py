@@ -127,14 +127,16 @@ class Workers:
         self.started.clear()
 
 
-@pytest.fixture(scope="session")
-def celery_worker_process(services_ready, tmp_path_factory):
-    """One real worker for the whole session, on the default settings."""
+@pytest.fixture
+def celery_worker_process(services_ready, tmp_path):
+    """A real worker on the default settings, for one test: a worker left running would take
+    the tasks meant for another test's workers."""
     celery_app.control.purge()  # nothing left over from an earlier run
-    workers = Workers(tmp_path_factory.mktemp("worker"))
-    worker = workers.start("shared")
+    workers = Workers(tmp_path)
+    worker = workers.start("default")
     yield worker
     workers.stop_all()
+    celery_app.control.purge()
 
 
 @pytest.fixture
