@@ -1,10 +1,10 @@
 """Which path a turn takes: fast, medium or full.
 
-| path   | facts injected | profile | tools | max tokens |
-|--------|----------------|---------|-------|------------|
-| fast   | top 5          | no      | no    | 512        |
-| medium | top 15         | yes     | yes   | 1024       |
-| full   | top 15         | yes     | yes   | 2048       |
+| path   | facts injected | profile | episodes | tools | max tokens |
+|--------|----------------|---------|----------|-------|------------|
+| fast   | top 5          | no      | no       | no    | 512        |
+| medium | top 15         | yes     | no       | yes   | 1024       |
+| full   | top 15         | yes     | recalled | yes   | 2048       |
 
 The router, in order (an explicit path always wins):
 1. companion mode (陪伴) → full: listening needs the whole picture.
@@ -35,12 +35,13 @@ class PathSettings:
     profile: bool
     tools: bool
     max_tokens: int
+    episodes: bool  # recall past sessions into <episodes>
 
 
 SETTINGS = {
-    FAST: PathSettings(fact_limit=5, profile=False, tools=False, max_tokens=512),
-    MEDIUM: PathSettings(fact_limit=15, profile=True, tools=True, max_tokens=1024),
-    FULL: PathSettings(fact_limit=15, profile=True, tools=True, max_tokens=2048),
+    FAST: PathSettings(fact_limit=5, profile=False, tools=False, max_tokens=512, episodes=False),
+    MEDIUM: PathSettings(fact_limit=15, profile=True, tools=True, max_tokens=1024, episodes=False),
+    FULL: PathSettings(fact_limit=15, profile=True, tools=True, max_tokens=2048, episodes=True),
 }
 
 LONG_TOKENS = 120

@@ -7,11 +7,12 @@ left out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.paths import SETTINGS
+from episodes_app.models import Episode
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import Fact
@@ -42,15 +43,19 @@ class SystemPrompt:
     facts: list[Fact]
     procedures: int
     profile: bool
+    episodes: list[Episode] = field(default_factory=list)
 
 
 def _fact_line(fact: Fact) -> str:
     return f"- [{fact.category}, {fact.confidence:.2f}] {fact.content}"
 
 
-def build_system(*, owner: AbstractBaseUser, mode: str, path: str) -> SystemPrompt:
-    """Persona, rules, the most trusted facts and (full/medium) the profile. Four queries:
-    procedures, facts, the facts' last_accessed update and profile sections (three on fast)."""
+def build_system(
+    *, owner: AbstractBaseUser, mode: str, path: str, text: str = "", session_id: str | None = None
+) -> SystemPrompt:
+    """Persona, rules, the most trusted facts, (full/medium) the profile and (full) the past
+    episodes relevant to `text`. Four queries for the first four blocks (three on fast), and one
+    for recall on the full path."""
     settings = SETTINGS[path]
     parts = [PERSONA_COMPANION if mode == ChatSession.Mode.COMPANION else PERSONA_WORK]
 

@@ -95,7 +95,7 @@ def turn_run(
     session_services.message_append(session=session, role=Message.Role.USER, content=text)
 
     path_settings = SETTINGS[path]
-    system = build_system(owner=owner, mode=mode, path=path)
+    system = build_system(owner=owner, mode=mode, path=path, text=text, session_id=session.pk)
     # Facts already in <memory_context> are not repeated in the long-term block.
     context = build_context(session=session, exclude_fact_ids=[fact.pk for fact in system.facts])
     tools = TOOL_SPECS if path_settings.tools else ()

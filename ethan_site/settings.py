@@ -165,6 +165,8 @@ ETHAN_MEMORY_WARM_CAPACITY = CONFIG.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int)
 ETHAN_FACT_CAPACITY = CONFIG.get("ETHAN_FACT_CAPACITY", 1000, int)
 # API and Lark sessions idle this long are closed (ended_at set, episode written) by beat.
 ETHAN_SESSION_IDLE_MINUTES = CONFIG.get("ETHAN_SESSION_IDLE_MINUTES", 30, int)
+# Past episodes recalled into the full path's system prompt: at most this many tokens.
+ETHAN_EPISODE_RECALL_TOKENS = CONFIG.get("ETHAN_EPISODE_RECALL_TOKENS", 600, int)
 # The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
 ETHAN_TURN_MAX_MODEL_CALLS = CONFIG.get("ETHAN_TURN_MAX_MODEL_CALLS", 8, int)
 ETHAN_MESSAGE_MAX_CHARS = CONFIG.get("ETHAN_MESSAGE_MAX_CHARS", 32_000, int)

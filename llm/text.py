@@ -59,3 +59,41 @@ def overlap(a: str, b: str) -> int:
 
 def language_of(text: str) -> str:
     return "zh" if is_chinese(text) else "en"
+
+
+# --- words, for keywords and search (jieba for Chinese) --------------------------------------
+
+CJK_STOPWORDS = frozenset(
+    "的 了 是 我 你 他 她 它 在 和 也 就 都 而 及 与 着 或 吗 呢 吧 啊 呀 "
+    "哦 嗯 很 还 又 把 被 让 给 这 那 个 一 不 没 有 要 会 能 可以 一个 "
+    "没有 我们 你们 他们 她们 这个 那个 什么 怎么 怎样 为什么 因为 所以 "
+    "但是 如果 就是 还是 然后 已经 一下 一些 这样 那样 自己 现在 今天 "
+    "时候 知道 觉得 可能 应该 其实 真的 非常 比较 东西 事情 用户 好的".split()
+)
+_CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+_TOKEN_SPLIT = re.compile(r"([\u4e00-\u9fff]+)")
+
+
+def _jieba():
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)  # no "Building prefix dict" chatter on stderr
+    return jieba
+
+
+def tokenize(text: str) -> list[str]:
+    """Words in order, repeats kept (for term frequency): Chinese segmented by jieba, English
+    lower-cased and lightly stemmed; stopwords, punctuation and numbers-only dropped."""
+    tokens: list[str] = []
+    for index, part in enumerate(_TOKEN_SPLIT.split(text or "")):
+        if index % 2:  # a run of Chinese characters
+            for word in _jieba().lcut(part):
+                if word not in CJK_STOPWORDS and _CJK_CHAR.search(word):
+                    tokens.append(word)
+        else:
+            for word in _WORD.findall(part.lower()):
+                if word not in STOPWORDS and len(word) > 1 and not word.isdigit():
+                    tokens.append(stem(word))
+    return tokens

@@ -23,10 +23,10 @@ from memory_app import confidence as rules
 from memory_app import services
 from memory_app.models import Fact, Summary, WorkingState
 from memory_app.normalize import content_key
-from memory_app.rounds import rounds_messages
 from memory_app.working import MemoryConfig, memory_config
 from profile_app.services import profile_apply_extraction
 from sessions_app.models import ChatSession
+from sessions_app.rounds import rounds_messages
 
 log = logging.getLogger(__name__)
 

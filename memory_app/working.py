@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from llm.types import Message as LLMMessage
-from memory_app.rounds import rounds_messages
 from sessions_app.models import ChatSession
+from sessions_app.rounds import rounds_messages
 
 LONG_TERM_LABEL = "[长期记忆]"
 SUMMARY_LABEL = "[对话摘要]"

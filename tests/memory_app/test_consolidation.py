@@ -367,8 +367,8 @@ def test_idle_api_sessions_are_closed(owner, make_session):
 
     from django.utils import timezone
 
+    from agent_app.tasks import close_idle
     from sessions_app.models import ChatSession
-    from sessions_app.tasks import close_idle
 
     idle = make_session(owner, "old", "reply", channel="api")
     fresh = make_session(owner, "new", "reply", channel="lark")

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Episode(models.Model):
+    """What one finished session was about: a summary and keywords (layer 4)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="episodes")
+    # One episode per session; a resumed session that grows updates it.
+    session = models.OneToOneField(
+        "sessions_app.ChatSession", models.CASCADE, related_name="episode"
+    )
+    summary = models.TextField()
+    keywords = models.JSONField(default=list)
+    model = models.CharField(max_length=100, blank=True)
+    turn_count = models.PositiveIntegerField()
+    timestamp = models.DateTimeField(default=timezone.now)  # when the session ended
+
+    class Meta:
+        indexes = [
+            # episodes_recent and search candidates: one owner's episodes, newest first.
+            models.Index(fields=["owner", "-timestamp"], name="episode_owner_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}: {self.summary[:50]}"

@@ -1,0 +1,52 @@
+"""Writing episodes: one per session that had at least two rounds, when it ends."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+import llm
+from episodes_app.keywords import keywords_for
+from episodes_app.models import Episode
+from llm import memory as llm_memory
+from llm.types import Message as LLMMessage
+from sessions_app.models import ChatSession
+from sessions_app.rounds import rounds_messages
+
+log = logging.getLogger(__name__)
+
+MIN_ROUNDS = 2
+# The summary reads the rolling summary (if any) and at most this many latest rounds.
+SUMMARY_ROUNDS = 40
+
+
+def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode | None:
+    """Write (or, for a resumed session that grew, update) the session's episode. Sessions with
+    fewer than two rounds have none. The summary comes from the compression model, reading the
+    latest rounds and, for a long session, `earlier_summary` (its rolling summary)."""
+    session.refresh_from_db(fields=["round_count", "model", "ended_at"])
+    if session.round_count < MIN_ROUNDS:
+        return None
+    existing = Episode.objects.filter(session=session).first()
+    if existing is not None and existing.turn_count == session.round_count:
+        return existing  # nothing new since it was written
+    first = max(1, session.round_count - SUMMARY_ROUNDS + 1)
+    messages = rounds_messages(session=session, first=first, last=session.round_count)
+    if earlier_summary.strip() and first > 1:
+        messages = [LLMMessage.user(f"[对话摘要]\n{earlier_summary.strip()}"), *messages]
+    model = llm.compression_model(session.model or llm.default_model())
+    summary = llm_memory.summarize(model=model, messages=messages)
+    said = [m.content for m in messages if m.role == "user"]
+    episode, _ = Episode.objects.update_or_create(
+        session=session,
+        defaults={
+            "owner_id": session.owner_id,
+            "summary": summary,
+            "keywords": keywords_for([*said, summary]),
+            "model": model,
+            "turn_count": session.round_count,
+            "timestamp": session.ended_at or timezone.now(),
+        },
+    )
+    return episode
