@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.paths import SETTINGS
+from episodes_app import selectors as episode_selectors
 from episodes_app.models import Episode
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
@@ -77,6 +79,21 @@ def build_system(
             markdown = profile_selectors.render_profile(contents).strip()
             parts.append(f"<user_profile>\n{markdown}\n</user_profile>")
             profile_used = True
+    recalled: list[Episode] = []
+    if settings.episodes and text:
+        recalled = episode_selectors.episodes_for_recall(
+            owner=owner,
+            text=text,
+            budget_tokens=django_settings.ETHAN_EPISODE_RECALL_TOKENS,
+            exclude_session_id=session_id,
+        )
+        if recalled:
+            lines = "\n".join(episode_selectors.recall_line(e) for e in recalled)
+            parts.append(f"<episodes>\n{lines}\n</episodes>")
     return SystemPrompt(
-        text="\n\n".join(parts), facts=facts, procedures=len(procedures), profile=profile_used
+        text="\n\n".join(parts),
+        facts=facts,
+        procedures=len(procedures),
+        profile=profile_used,
+        episodes=recalled,
     )

@@ -68,7 +68,9 @@ CJK_STOPWORDS = frozenset(
     "哦 嗯 很 还 又 把 被 让 给 这 那 个 一 不 没 有 要 会 能 可以 一个 "
     "没有 我们 你们 他们 她们 这个 那个 什么 怎么 怎样 为什么 因为 所以 "
     "但是 如果 就是 还是 然后 已经 一下 一些 这样 那样 自己 现在 今天 "
-    "时候 知道 觉得 可能 应该 其实 真的 非常 比较 东西 事情 用户 好的".split()
+    "时候 知道 觉得 可能 应该 其实 真的 非常 比较 东西 事情 用户 好的 "
+    # Everyday verbs: they say little about what a conversation was about.
+    "喜欢 想 说 做 去 来 看 用 聊 聊聊 帮 帮我 最 爱 先 再".split()
 )
 _CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
 _TOKEN_SPLIT = re.compile(r"([\u4e00-\u9fff]+)")

@@ -1,0 +1,149 @@
+"""Episodes: when they are written, their keywords, search and recall."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from agent_app.prompts import build_system
+from agent_app.tasks import close_idle, write_episode
+from episodes_app.keywords import keywords_for
+from episodes_app.models import Episode
+from episodes_app.selectors import (
+    episodes_for_recall,
+    episodes_recent,
+    episodes_search,
+    recall_line,
+)
+from episodes_app.services import episode_write
+from ethan_site import queue
+from llm.tokens import estimate_tokens
+from sessions_app import services as session_services
+from sessions_app.models import ChatSession
+
+
+def conversation(owner, *user_lines: str, channel="console", model="offline") -> ChatSession:
+    session = session_services.session_start(owner=owner, channel=channel, model=model)
+    for line in user_lines:
+        session_services.message_append(session=session, role="user", content=line)
+        session_services.message_append(session=session, role="assistant", content="好的。")
+    return session
+
+
+def episode(owner, summary, keywords, days_ago=0, session=None):
+    session = session or conversation(owner, "a", "b")
+    return Episode.objects.create(
+        owner=owner,
+        session=session,
+        summary=summary,
+        keywords=keywords,
+        turn_count=2,
+        model="offline",
+        timestamp=timezone.now() - timedelta(days=days_ago),
+    )
+
+
+@pytest.mark.django_db
+def test_one_round_gets_no_episode_two_get_one_and_a_resumed_session_updates_it(owner, llm_config):
+    short = conversation(owner, "你好")
+    assert episode_write(session=short) is None
+    session = conversation(
+        owner, "你好，我是张三，今天是来测试多轮记忆能力的。", "我喜欢科幻小说和苹果。"
+    )
+    first = episode_write(session=session)
+    assert (first.turn_count, first.model, first.owner) == (2, "offline", owner)
+    assert first.summary.startswith("用户提到：")
+    assert first.keywords == ["你好", "张", "三", "测试", "多轮", "记忆", "能力", "科幻小说"]
+    assert episode_write(session=session).pk == first.pk  # unchanged: nothing rewritten
+    session_services.message_append(session=session, role="user", content="再聊聊苹果。")
+    again = episode_write(session=session)
+    assert (again.pk, again.turn_count) == (first.pk, 3)
+    assert Episode.objects.count() == 1
+
+
+def test_chinese_and_english_keywords():
+    assert keywords_for(["我想去日本旅行。日本的旅行计划：先去东京，再去京都。"]) == [
+        "日本",
+        "旅行",
+        "计划",
+        "东京",
+        "京都",
+    ]
+    assert keywords_for(["I planned the Lisbon trip. The trip to Lisbon was great, trips!"])[
+        :2
+    ] == ["trip", "lisbon"]
+    assert "the" not in keywords_for(["the the the cat"])
+
+
+@pytest.mark.django_db
+def test_search_ranks_by_term_frequency_then_recency(owner, other_owner):
+    coffee = episode(owner, "聊了咖啡和咖啡豆的烘焙", ["咖啡", "烘焙"], days_ago=5)
+    tea = episode(owner, "聊了茶，也提到一次咖啡", ["茶"], days_ago=1)
+    episode(owner, "聊了跑步", ["跑步"], days_ago=0)
+    episode(other_owner, "咖啡咖啡咖啡", ["咖啡"])
+    found = episodes_search(owner=owner, query="咖啡")
+    assert [item.episode.pk for item in found] == [coffee.pk, tea.pk]
+    assert found[0].score > found[1].score
+    assert episodes_search(owner=owner, query="滑雪") == []
+    assert [e.summary for e in episodes_recent(owner=owner, limit=2)] == [
+        "聊了跑步",
+        "聊了茶，也提到一次咖啡",
+    ]
+
+
+@pytest.mark.django_db
+def test_recall_on_the_full_path_only_within_budget(owner):
+    old = episode(owner, "讨论了日本旅行的行程：东京、京都", ["日本", "旅行"], days_ago=40)
+    episode(owner, "讨论了日本签证材料", ["日本", "签证"], days_ago=2)
+    full = build_system(owner=owner, mode="work", path="full", text="我的日本旅行怎么安排？")
+    assert "<episodes>" in full.text
+    assert [e.pk for e in full.episodes][0] == old.pk  # more matching words beat recency
+    assert len(full.episodes) == 2
+    assert (
+        "<episodes>"
+        not in build_system(
+            owner=owner, mode="work", path="medium", text="我的日本旅行怎么安排？"
+        ).text
+    )
+    nothing = build_system(owner=owner, mode="work", path="full", text="推荐一本小说")
+    assert "<episodes>" not in nothing.text and nothing.episodes == []
+    one_line = estimate_tokens(recall_line(old))
+    tight = episodes_for_recall(owner=owner, text="日本旅行", budget_tokens=one_line + 1)
+    assert [e.pk for e in tight] == [old.pk]
+    assert episodes_for_recall(owner=owner, text="日本旅行", budget_tokens=5) == []
+    assert (
+        episodes_for_recall(
+            owner=owner, text="日本旅行", budget_tokens=600, exclude_session_id=old.session_id
+        )[0].pk
+        != old.pk
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_console_exit_and_new_write_episodes(owner, llm_config, settings):
+    settings.ETHAN_EMBEDDED = True
+    call_command(
+        "ethan_chat",
+        "--user",
+        "ada",
+        stdout=StringIO(),
+        stdin=StringIO("我喜欢爬山。\n周末去了黄山。\n/new\n只聊一句\n/exit\n"),
+    )
+    first, second = ChatSession.objects.order_by("created_at")
+    assert Episode.objects.get().session_id == first.pk  # the one-round session has none
+    assert "爬山" in Episode.objects.get().keywords
+
+
+@pytest.mark.django_db(transaction=True)
+def test_idle_api_sessions_get_their_episode(owner, llm_config, settings):
+    settings.ETHAN_EMBEDDED = True
+    idle = conversation(owner, "帮我规划预算。", "下个月要买电脑。", channel="api")
+    ChatSession.objects.filter(pk=idle.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert close_idle() == 1
+    queue.run_deferred()
+    assert Episode.objects.get().session_id == idle.pk
+    assert write_episode(idle.pk) is True and Episode.objects.count() == 1
