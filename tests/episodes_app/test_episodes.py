@@ -101,7 +101,7 @@ def test_recall_on_the_full_path_only_within_budget(owner):
     episode(owner, "讨论了日本签证材料", ["日本", "签证"], days_ago=2)
     full = build_system(owner=owner, mode="work", path="full", text="我的日本旅行怎么安排？")
     assert "<episodes>" in full.text
-    assert [e.pk for e in full.episodes][0] == old.pk  # more matching words beat recency
+    assert full.episodes[0].pk == old.pk  # more matching words beat recency
     assert len(full.episodes) == 2
     assert (
         "<episodes>"
@@ -133,7 +133,7 @@ def test_console_exit_and_new_write_episodes(owner, llm_config, settings):
         stdout=StringIO(),
         stdin=StringIO("我喜欢爬山。\n周末去了黄山。\n/new\n只聊一句\n/exit\n"),
     )
-    first, second = ChatSession.objects.order_by("created_at")
+    first, _one_round = ChatSession.objects.order_by("created_at")
     assert Episode.objects.get().session_id == first.pk  # the one-round session has none
     assert "爬山" in Episode.objects.get().keywords
 
