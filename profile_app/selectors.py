@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from profile_app.markdown import render
 from profile_app.models import ProfileSection
 from profile_app.sections import SECTIONS
-
-PROFILE_HEADING = "# 用户画像"
 
 
 def profile_sections(*, owner: AbstractBaseUser) -> dict[str, str]:
@@ -17,12 +16,8 @@ def profile_sections(*, owner: AbstractBaseUser) -> dict[str, str]:
 
 
 def render_profile(contents: dict[str, str]) -> str:
-    """user_profile.md: the heading, then every section in order, each `## title` + its text."""
-    parts = [PROFILE_HEADING]
-    for section in SECTIONS:
-        body = contents.get(section.key, "").strip("\n")
-        parts.append(f"## {section.title}\n\n{body}" if body else f"## {section.title}")
-    return "\n\n".join(parts) + "\n"
+    """user_profile.md (see profile_app.markdown)."""
+    return render(contents)
 
 
 def profile_markdown(*, owner: AbstractBaseUser) -> str:

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from llm.text import terms
+from profile_app.markdown import normalize_content, parse
 from profile_app.models import ProfileRevision, ProfileSection
 from profile_app.sections import section_for
 
@@ -73,7 +74,8 @@ def profile_update(
     target = section_for(section)
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}: use append, overwrite or merge")
-    entry = entry.strip()
+    # An overwrite keeps the text as written (indentation is Markdown); an entry is one line.
+    entry = normalize_content(entry) if mode == "overwrite" else entry.strip()
     if not entry and mode != "overwrite":
         raise ValueError("the entry is empty")
     row, _ = ProfileSection.objects.select_for_update().get_or_create(owner=owner, key=target.key)
@@ -113,3 +115,16 @@ def profile_apply_extraction(*, owner: AbstractBaseUser, items: list[str]) -> in
         )
         changed += int(row.content != (before or ""))
     return changed
+
+
+@transaction.atomic
+def profile_replace(*, owner: AbstractBaseUser, markdown: str, actor: str = "user") -> list[str]:
+    """Save a whole user_profile.md (the 我的画像 page, PUT /api/profile): every section whose
+    text changed is overwritten, with a revision. Raises ProfileParseError, having written
+    nothing, for a document that cannot be taken. Returns the parser's notes."""
+    parsed = parse(markdown)
+    current = dict(ProfileSection.objects.filter(owner=owner).values_list("key", "content"))
+    for key, content in parsed.sections.items():
+        if content != current.get(key, ""):
+            profile_update(owner=owner, section=key, entry=content, mode="overwrite", actor=actor)
+    return parsed.notes

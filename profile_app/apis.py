@@ -1,0 +1,71 @@
+"""GET/PUT /api/profile and PATCH /api/profile/sections/{key}."""
+
+from __future__ import annotations
+
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from profile_app import selectors, services
+from profile_app.markdown import MAX_CHARS, ProfileParseError
+from profile_app.sections import SECTIONS, section_for
+
+
+def profile_payload(owner, notes: list[str] | None = None) -> dict:
+    contents = selectors.profile_sections(owner=owner)
+    payload = {
+        "markdown": selectors.render_profile(contents),
+        "sections": [
+            {"key": s.key, "title": s.title, "content": contents[s.key]} for s in SECTIONS
+        ],
+    }
+    if notes is not None:
+        payload["notes"] = notes
+    return payload
+
+
+class ProfileApi(APIView):
+    class Input(serializers.Serializer):
+        markdown = serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=MAX_CHARS
+        )
+
+    def get(self, request):
+        return Response(profile_payload(request.user))
+
+    def put(self, request):
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            notes = services.profile_replace(
+                owner=request.user,
+                markdown=data.validated_data["markdown"],
+                actor=f"api:{request.user.get_username()}",
+            )
+        except ProfileParseError as exc:
+            return Response({"markdown": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(profile_payload(request.user, notes))
+
+
+class ProfileSectionApi(APIView):
+    class Input(serializers.Serializer):
+        entry = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=10_000)
+        mode = serializers.ChoiceField(choices=list(services.MODES), default="append")
+
+    def patch(self, request, key: str):
+        try:
+            section = section_for(key)
+        except ValueError as exc:
+            return Response({"key": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        data = self.Input(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            row = services.profile_update(
+                owner=request.user,
+                section=section.key,
+                actor=f"api:{request.user.get_username()}",
+                **data.validated_data,
+            )
+        except ValueError as exc:
+            return Response({"entry": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        return Response({"key": section.key, "title": section.title, "content": row.content})
