@@ -32,12 +32,13 @@ migrate: install
 chat: migrate
 	$(VENV)/bin/ethan $(ARGS)
 
-# The whole suite on SQLite with no broker and no network (the services tests are deselected).
+# The whole suite on SQLite with no broker and no network (the tests that need PostgreSQL,
+# Redis, a worker or Chromium are deselected: they run in test-services).
 test: install
-	$(TEST_ENV) $(PY) -m pytest -m "not services" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -m "not services and not browser" $(PYTEST_ARGS)
 
 # The same suite against PostgreSQL and a Redis broker, plus the tests that start a real
-# Celery worker process. .ci/run makes sure both services are up first.
+# Celery worker process and the page tests in Chromium. .ci/run makes sure all are there.
 test-services: install
 	$(TEST_ENV) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER_URL) \
 		$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,78 @@
+"""我的画像 in Chromium: log in, read, edit, and an invalid document refused with nothing lost."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from selenium.webdriver.common.by import By
+
+from profile_app.models import ProfileSection
+from profile_app.selectors import profile_markdown
+from profile_app.services import profile_update
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def set_editor(browser, text: str) -> None:
+    browser.execute_script("document.getElementById('markdown').value = arguments[0];", text)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_profile_page_in_chromium(browser, live_server, tmp_path):
+    user = get_user_model().objects.create_user("ada", password="a-long-pass-phrase")
+    profile_update(owner=user, section="basic", entry="名字：Ada")
+    profile_update(owner=user, section="work_style", entry="Prefers short, direct answers")
+
+    browser.get(f"{live_server.url}/profile/")
+    assert "/accounts/login/" in browser.current_url  # login required
+    browser.find_element(By.ID, "id_username").send_keys("ada")
+    browser.find_element(By.ID, "id_password").send_keys("a-long-pass-phrase")
+    browser.find_element(By.ID, "login").click()
+
+    rendered = browser.find_element(By.ID, "rendered")
+    headings = [h.text for h in rendered.find_elements(By.TAG_NAME, "h2")]
+    assert headings == [
+        "基础特征",
+        "身份与背景",
+        "目标与方向",
+        "工作与沟通方式",
+        "心理与情绪",
+        "个人语言与激励",
+        "与 Agent 的约定",
+    ]
+    assert "名字：Ada" in rendered.text
+    editor = browser.find_element(By.ID, "markdown")
+    assert editor.get_attribute("value") == profile_markdown(owner=user)
+
+    edited = profile_markdown(owner=user).replace(
+        "## 目标与方向", "## 目标与方向\n\n- 2026 年底前完成独立产品上线\n- 每周跑步三次"
+    )
+    set_editor(browser, edited)
+    browser.find_element(By.ID, "save").click()
+    assert "已保存 / Saved." in browser.find_element(By.CLASS_NAME, "messages").text
+    assert "2026 年底前完成独立产品上线" in browser.find_element(By.ID, "rendered").text
+    assert ProfileSection.objects.get(owner=user, key="goals").content == (
+        "- 2026 年底前完成独立产品上线\n- 每周跑步三次"
+    )
+
+    screenshot = tmp_path / "profile-page.png"
+    browser.save_screenshot(str(screenshot))
+    assert screenshot.stat().st_size > 10_000
+    if os.environ.get("ETHAN_SCREENSHOTS"):  # refresh the copy kept in docs/
+        shutil.copy(screenshot, DOCS / "profile-page.png")
+
+    invalid = edited + "\n## goals\n\n- a second goals section\n"
+    set_editor(browser, invalid)
+    browser.find_element(By.ID, "save").click()
+    error = browser.find_element(By.CLASS_NAME, "messages").text
+    assert "没有保存 / Not saved: section 目标与方向 appears twice" in error
+    assert browser.find_element(By.ID, "markdown").get_attribute("value") == invalid.replace(
+        "\n", "\r\n"
+    ).replace("\r\n", "\n")
+    assert ProfileSection.objects.get(owner=user, key="goals").content == (
+        "- 2026 年底前完成独立产品上线\n- 每周跑步三次"
+    )
