@@ -9,5 +9,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
     path("api/", include("profile_app.urls")),
+    path("api/", include("episodes_app.urls")),
     path("healthz", healthz, name="healthz"),
 ]

@@ -147,3 +147,31 @@ def test_idle_api_sessions_get_their_episode(owner, llm_config, settings):
     queue.run_deferred()
     assert Episode.objects.get().session_id == idle.pk
     assert write_episode(idle.pk) is True and Episode.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_episodes_api(owner, other_owner):
+    from rest_framework.test import APIClient
+
+    coffee = episode(owner, "聊了咖啡和咖啡豆", ["咖啡"], days_ago=3)
+    run = episode(owner, "聊了跑步", ["跑步"], days_ago=1)
+    episode(other_owner, "咖啡", ["咖啡"])
+    client = APIClient()
+    client.force_authenticate(owner)
+    newest = client.get("/api/episodes").json()
+    assert [e["id"] for e in newest] == [run.pk, coffee.pk]
+    assert set(newest[0]) == {
+        "id",
+        "session_id",
+        "summary",
+        "timestamp",
+        "model",
+        "turn_count",
+        "keywords",
+    }
+    found = client.get("/api/episodes", {"q": "咖啡", "limit": 5}).json()
+    assert [(e["id"], e["session_id"], e["keywords"]) for e in found] == [
+        (coffee.pk, coffee.session_id, ["咖啡"])
+    ]
+    assert client.get("/api/episodes", {"limit": 0}).status_code == 400
+    assert APIClient().get("/api/episodes").status_code == 401
