@@ -53,7 +53,13 @@ def _fact_line(fact: Fact) -> str:
 
 
 def build_system(
-    *, owner: AbstractBaseUser, mode: str, path: str, text: str = "", session_id: str | None = None
+    *,
+    owner: AbstractBaseUser,
+    mode: str,
+    path: str,
+    text: str = "",
+    session_id: str | None = None,
+    mark_accessed: bool = True,
 ) -> SystemPrompt:
     """Persona, rules, the most trusted facts, (full/medium) the profile and (full) the past
     episodes relevant to `text`. Four queries for the first four blocks (three on fast), and one
@@ -70,7 +76,8 @@ def build_system(
     if facts:
         lines = "\n".join(_fact_line(fact) for fact in facts)
         parts.append(f"<memory_context>\n{lines}\n</memory_context>")
-        memory_services.facts_mark_injected(facts=facts)
+        if mark_accessed:  # a preview (GET /api/context) changes nothing
+            memory_services.facts_mark_injected(facts=facts)
 
     profile_used = False
     if settings.profile:

@@ -105,13 +105,17 @@ def turn_run(
     reply = ""
     for step in range(1, max_calls + 1):
         # The last allowed call offers no tools: the model has to answer in words.
-        completion = llm.complete(
-            model=model,
-            system=system.text,
-            messages=context,
-            tools=tools if step < max_calls else (),
-            max_tokens=path_settings.max_tokens,
-        )
+        try:
+            completion = llm.complete(
+                model=model,
+                system=system.text,
+                messages=context,
+                tools=tools if step < max_calls else (),
+                max_tokens=path_settings.max_tokens,
+            )
+        except llm.ModelError as exc:
+            exc.session = session  # the stored message's session, for the caller's retry
+            raise
         input_tokens += completion.usage.input_tokens
         output_tokens += completion.usage.output_tokens
         offline = offline or bool(completion.meta.get("offline"))

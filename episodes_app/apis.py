@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,12 +20,13 @@ class EpisodeOutput(serializers.ModelSerializer):
 
 
 class EpisodesApi(APIView):
-    class Input(serializers.Serializer):
+    class EpisodesQuery(serializers.Serializer):
         q = serializers.CharField(required=False, allow_blank=True, max_length=500)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=100, default=20)
 
+    @extend_schema(parameters=[EpisodesQuery], responses=EpisodeOutput(many=True))
     def get(self, request):
-        params = self.Input(data=request.query_params)
+        params = self.EpisodesQuery(data=request.query_params)
         params.is_valid(raise_exception=True)
         query = params.validated_data.get("q", "").strip()
         limit = params.validated_data["limit"]

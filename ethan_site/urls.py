@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
@@ -8,7 +9,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
+    path("api/", include("agent_app.urls")),
+    path("api/", include("sessions_app.urls")),
+    path("api/", include("memory_app.urls")),
     path("api/", include("profile_app.urls")),
     path("api/", include("episodes_app.urls")),
+    path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
 ]

@@ -211,3 +211,32 @@ def facts_evict_over_capacity(
     for fact in victims:
         fact_set_status(fact=fact, status=Fact.Status.EVICTED, actor=actor)
     return len(victims)
+
+
+@transaction.atomic
+def procedure_edit(
+    *,
+    procedure: Procedure,
+    rule: str | None = None,
+    context: str | None = None,
+    active: bool | None = None,
+) -> Procedure:
+    """Change a rule's text, context or whether it applies."""
+    if rule is not None:
+        rule = " ".join(rule.split())
+        if not normalize(rule):
+            raise ValidationError({"rule": "a rule needs words"})
+        key = content_key(rule)
+        clash = Procedure.objects.filter(owner=procedure.owner, rule_key=key).exclude(
+            pk=procedure.pk
+        )
+        if clash.exists():
+            raise ValidationError({"rule": "the same rule already exists"})
+        procedure.rule, procedure.rule_key = rule, key
+    if context is not None:
+        procedure.context = context
+    if active is not None:
+        procedure.active = active
+    procedure.full_clean(exclude=["owner"])
+    procedure.save()
+    return procedure

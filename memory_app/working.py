@@ -78,15 +78,22 @@ def summary_block(*, session: ChatSession, rolling: str) -> str:
 
 
 def build_context(
-    *, session: ChatSession, config: MemoryConfig | None = None, exclude_fact_ids=()
+    *,
+    session: ChatSession,
+    config: MemoryConfig | None = None,
+    exclude_fact_ids=(),
+    current_input: str | None = None,
 ) -> list[LLMMessage]:
     """[user "[长期记忆]\\n…", assistant "好的。", user "[对话摘要]\\n…", assistant "好的。",
     the verbatim rounds…, the current input]. A block with nothing in it is left out together
-    with its 好的。 Five queries at most, whatever the history size."""
+    with its 好的。 Five queries at most, whatever the history size.
+
+    The current input is the session's last user message, already stored by the turn; a
+    preview (GET /api/context) passes `current_input` instead, and nothing is stored."""
     from memory_app.models import WorkingState
 
     config = config or memory_config()
-    state = WorkingState.objects.filter(session=session).first()
+    state = WorkingState.objects.filter(session=session).first() if session.is_persisted else None
     long_term = summary = ""
     compressed = 0
     if state is not None:
@@ -98,8 +105,11 @@ def build_context(
         if text.strip():
             context.append(LLMMessage.user(f"{label}\n{text.strip()}"))
             context.append(LLMMessage.assistant(ACKNOWLEDGE))
-    first = verbatim_from(
-        round_count=session.round_count, compressed_through=compressed, config=config
-    )
-    context.extend(rounds_messages(session=session, first=first, last=session.round_count))
+    stored_rounds = session.round_count if session.is_persisted else 0
+    rounds = stored_rounds + (1 if current_input is not None else 0)
+    first = verbatim_from(round_count=rounds, compressed_through=compressed, config=config)
+    if stored_rounds:
+        context.extend(rounds_messages(session=session, first=first, last=stored_rounds))
+    if current_input is not None:
+        context.append(LLMMessage.user(current_input))
     return context

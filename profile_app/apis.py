@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,17 +25,38 @@ def profile_payload(owner, notes: list[str] | None = None) -> dict:
     return payload
 
 
+ProfileOutput = inline_serializer(
+    "ProfileOutput",
+    fields={
+        "markdown": serializers.CharField(),
+        "sections": serializers.ListField(
+            child=inline_serializer(
+                "ProfileSectionOutput",
+                fields={
+                    "key": serializers.CharField(),
+                    "title": serializers.CharField(),
+                    "content": serializers.CharField(),
+                },
+            )
+        ),
+        "notes": serializers.ListField(child=serializers.CharField(), required=False),
+    },
+)
+
+
 class ProfileApi(APIView):
-    class Input(serializers.Serializer):
+    class ProfileInput(serializers.Serializer):
         markdown = serializers.CharField(
             allow_blank=True, trim_whitespace=False, max_length=MAX_CHARS
         )
 
+    @extend_schema(responses=ProfileOutput)
     def get(self, request):
         return Response(profile_payload(request.user))
 
+    @extend_schema(request=ProfileInput, responses=ProfileOutput)
     def put(self, request):
-        data = self.Input(data=request.data)
+        data = self.ProfileInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
             notes = services.profile_replace(
@@ -48,16 +70,27 @@ class ProfileApi(APIView):
 
 
 class ProfileSectionApi(APIView):
-    class Input(serializers.Serializer):
+    class SectionInput(serializers.Serializer):
         entry = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=10_000)
         mode = serializers.ChoiceField(choices=list(services.MODES), default="append")
 
+    @extend_schema(
+        request=SectionInput,
+        responses=inline_serializer(
+            "SectionOutput",
+            fields={
+                "key": serializers.CharField(),
+                "title": serializers.CharField(),
+                "content": serializers.CharField(),
+            },
+        ),
+    )
     def patch(self, request, key: str):
         try:
             section = section_for(key)
         except ValueError as exc:
             return Response({"key": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
-        data = self.Input(data=request.data)
+        data = self.SectionInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
             row = services.profile_update(

@@ -1,0 +1,181 @@
+"""POST /api/chat (the turn) and GET /api/context (what the next turn would send)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+import llm
+from agent_app.modes import MODE_ALIASES, mode_parse
+from agent_app.paths import PATHS
+from agent_app.prompts import build_system
+from agent_app.services import TurnInputError, turn_prepare, turn_run
+from memory_app.working import build_context
+from sessions_app import services as session_services
+from sessions_app.apis import session_or_404
+from sessions_app.models import ChatSession
+
+
+class ModeField(serializers.CharField):
+    """work, companion or 陪伴 (stored as companion)."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            return mode_parse(value)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class ModelField(serializers.CharField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            llm.provider_for(value)
+        except llm.ModelConfigError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+        return value
+
+
+ChatOutput = inline_serializer(
+    "ChatOutput",
+    fields={
+        "session_id": serializers.CharField(),
+        "reply": serializers.CharField(),
+        "path": serializers.ChoiceField(choices=PATHS),
+        "model": serializers.CharField(),
+        "usage": inline_serializer(
+            "Usage",
+            fields={
+                "input_tokens": serializers.IntegerField(),
+                "output_tokens": serializers.IntegerField(),
+            },
+        ),
+    },
+)
+
+
+class ChatApi(APIView):
+    class ChatInput(serializers.Serializer):
+        message = serializers.CharField(trim_whitespace=True)
+        session_id = serializers.CharField(required=False, max_length=32)
+        mode = ModeField(required=False, help_text=", ".join(MODE_ALIASES))
+        path = serializers.ChoiceField(choices=PATHS, required=False)
+        model = ModelField(required=False, max_length=100)
+
+        def validate_message(self, value: str) -> str:
+            limit = settings.ETHAN_MESSAGE_MAX_CHARS
+            if len(value) > limit:
+                raise serializers.ValidationError(
+                    f"the message is {len(value)} characters long; the limit is {limit}"
+                )
+            return value
+
+    @extend_schema(request=ChatInput, responses={200: ChatOutput})
+    def post(self, request):
+        data = self.ChatInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        params = data.validated_data
+        session = None
+        if params.get("session_id"):
+            session = session_or_404(request, params["session_id"])
+        try:
+            result = turn_run(
+                owner=request.user,
+                session=session,
+                text=params["message"],
+                mode=params.get("mode"),
+                path=params.get("path"),
+                model=params.get("model"),
+                channel=ChatSession.Channel.API,
+            )
+        except TurnInputError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        except llm.ModelError as exc:
+            # The message is stored: the client can retry on the session it names.
+            unavailable = isinstance(exc, llm.ModelUnavailable)
+            stored = getattr(exc, "session", None)
+            return Response(
+                {
+                    "detail": str(exc),
+                    "session_id": stored.pk if stored else None,
+                    "retryable": unavailable,
+                },
+                status=status.HTTP_503_SERVICE_UNAVAILABLE
+                if unavailable
+                else status.HTTP_502_BAD_GATEWAY,
+            )
+        return Response(
+            {
+                "session_id": result.session.pk,
+                "reply": result.reply,
+                "path": result.path,
+                "model": result.model,
+                "usage": {
+                    "input_tokens": result.input_tokens,
+                    "output_tokens": result.output_tokens,
+                },
+            }
+        )
+
+
+class ContextApi(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("message", str, required=True, description="the next message"),
+            OpenApiParameter("session_id", str, description="continue this session"),
+            OpenApiParameter("mode", str),
+            OpenApiParameter("path", str, enum=list(PATHS)),
+        ],
+        responses={
+            200: inline_serializer(
+                "ContextOutput",
+                fields={
+                    "path": serializers.CharField(),
+                    "system": serializers.CharField(),
+                    "messages": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        },
+    )
+    def get(self, request):
+        """Exactly what the next turn would send, without storing or changing anything."""
+        message = request.query_params.get("message", "")
+        session = None
+        if request.query_params.get("session_id"):
+            session = session_or_404(request, request.query_params["session_id"])
+        try:
+            text, mode, path, _model = turn_prepare(
+                session=session,
+                text=message,
+                mode=request.query_params.get("mode"),
+                path=request.query_params.get("path"),
+                model=None,
+            )
+        except TurnInputError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        if session is None:
+            session = session_services.session_start(
+                owner=request.user, mode=mode, channel=ChatSession.Channel.API
+            )
+        system = build_system(
+            owner=request.user,
+            mode=mode,
+            path=path,
+            text=text,
+            session_id=session.pk if session.is_persisted else None,
+            mark_accessed=False,
+        )
+        context = build_context(
+            session=session, current_input=text, exclude_fact_ids=[fact.pk for fact in system.facts]
+        )
+        return Response(
+            {
+                "path": path,
+                "system": system.text,
+                "messages": [{"role": m.role, "content": m.content} for m in context],
+            }
+        )

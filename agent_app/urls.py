@@ -1,0 +1,8 @@
+from django.urls import path
+
+from agent_app.apis import ChatApi, ContextApi
+
+urlpatterns = [
+    path("chat", ChatApi.as_view(), name="api-chat"),
+    path("context", ContextApi.as_view(), name="api-context"),
+]
