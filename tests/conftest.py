@@ -85,3 +85,18 @@ def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):
 
 def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
     return _run([sys.executable, "manage.py", *args], home, stdin, extra)
+
+
+@pytest.fixture
+def api_for(db):
+    """An API client that authenticates as `user` with a real token."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    def make(user):
+        client = APIClient()
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make

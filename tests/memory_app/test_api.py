@@ -1,0 +1,129 @@
+"""Facts (with history) and procedures over HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_app.models import Fact, Procedure
+from memory_app.services import fact_write
+
+pytestmark = pytest.mark.django_db
+
+
+def test_fact_lifecycle(api_for, owner):
+    api = api_for(owner)
+    created = api.post(
+        "/api/facts",
+        {"content": "lives in Porto", "category": "knowledge", "confidence": 0.7},
+        format="json",
+    )
+    assert created.status_code == 201
+    fact = created.json()
+    assert set(fact) == {
+        "id",
+        "content",
+        "category",
+        "confidence",
+        "source",
+        "status",
+        "hit_count",
+        "created_at",
+        "last_accessed",
+        "session_id",
+    }
+    assert (fact["source"], fact["confidence"], fact["status"], fact["session_id"]) == (
+        "api",
+        0.7,
+        "active",
+        None,
+    )
+    patched = api.patch(
+        f"/api/facts/{fact['id']}", {"content": "lives in Lisbon", "confidence": 0.9}, format="json"
+    )
+    assert (patched.json()["content"], patched.json()["confidence"]) == ("lives in Lisbon", 0.9)
+    assert api.delete(f"/api/facts/{fact['id']}").status_code == 204
+    history = api.get(f"/api/facts/{fact['id']}/history").json()["results"]
+    assert [
+        (
+            h["event"],
+            h["old_content"],
+            h["new_content"],
+            h["old_confidence"],
+            h["new_confidence"],
+            h["actor"],
+        )
+        for h in history
+    ] == [
+        ("add", "", "lives in Porto", None, 0.7, "api"),
+        ("edit", "lives in Porto", "lives in Lisbon", 0.7, 0.9, "api:ada"),
+        ("evict", "lives in Lisbon", "lives in Lisbon", 0.9, 0.9, "api:ada"),
+    ]
+    assert api.get("/api/facts").json()["count"] == 0  # evicted facts are not listed
+    assert api.get("/api/facts", {"status": "evicted"}).json()["count"] == 1
+    assert api.get("/api/facts", {"status": "all"}).json()["count"] == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"content": "x", "confidence": 1.5}, "confidence"),
+        ({"content": "x", "confidence": -0.1}, "confidence"),
+        ({"content": "x", "category": "gossip"}, "category"),
+        ({"content": ""}, "content"),
+        ({"content": "!!!"}, "content"),
+        ({}, "content"),
+    ],
+)
+def test_fact_refusals_write_nothing(api_for, owner, payload, field):
+    response = api_for(owner).post("/api/facts", payload, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert not Fact.objects.exists()
+
+
+def test_foreign_facts_are_404(api_for, owner, other_owner):
+    theirs = fact_write(
+        owner=other_owner, content="secret", category="knowledge", confidence=0.8, source="api"
+    )
+    api = api_for(owner)
+    for method in ("get", "patch", "delete"):
+        assert (
+            getattr(api, method)(
+                f"/api/facts/{theirs.pk}", {"confidence": 0.1}, format="json"
+            ).status_code
+            == 404
+        )
+    assert api.get(f"/api/facts/{theirs.pk}/history").status_code == 404
+    theirs.refresh_from_db()
+    assert (theirs.status, theirs.confidence) == ("active", 0.8)
+    assert api.get("/api/facts", {"status": "nonsense"}).status_code == 400
+    assert api.patch(f"/api/facts/{theirs.pk}", {}, format="json").status_code == 404
+
+
+def test_procedures(api_for, owner, other_owner):
+    api = api_for(owner)
+    made = api.post("/api/procedures", {"rule": "Always reply in English"}, format="json")
+    assert made.status_code == 201
+    again = api.post("/api/procedures", {"rule": "always reply in english."}, format="json")
+    assert (again.status_code, again.json()["id"]) == (200, made.json()["id"])
+    pid = made.json()["id"]
+    off = api.patch(f"/api/procedures/{pid}", {"active": False}, format="json").json()
+    assert off == {**made.json(), "active": False}
+    assert api.get("/api/procedures").json()["results"][0]["active"] is False
+    assert api.post("/api/procedures", {"rule": " "}, format="json").status_code == 400
+    other = api_for(other_owner)
+    assert other.patch(f"/api/procedures/{pid}", {"active": True}, format="json").status_code == 404
+    assert other.delete(f"/api/procedures/{pid}").status_code == 404
+    assert api.delete(f"/api/procedures/{pid}").status_code == 204
+    assert not Procedure.objects.exists()
+
+
+@pytest.mark.parametrize("count", [3, 40])
+def test_fact_list_queries_are_pinned(api_for, owner, count, django_assert_num_queries):
+    for n in range(count):
+        fact_write(
+            owner=owner, content=f"fact {n}", category="knowledge", confidence=0.8, source="api"
+        )
+    api = api_for(owner)
+    with django_assert_num_queries(3):  # token, count, page
+        assert api.get("/api/facts").status_code == 200
