@@ -41,3 +41,11 @@ def close_idle() -> int:
     for session_id in closed:
         enqueue(write_episode, session_id)
     return len(closed)
+
+
+@shared_task(name="channels.lark_event", acks_late=True)
+def handle_lark_event(event_pk: int) -> str:
+    """Answer one Lark event (claimed once: a redelivered task finds it handled)."""
+    from agent_app.lark.handling import lark_event_handle
+
+    return lark_event_handle(event_pk=event_pk)

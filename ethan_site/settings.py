@@ -198,6 +198,18 @@ ETHAN_EPISODE_RECALL_TOKENS = CONFIG.get("ETHAN_EPISODE_RECALL_TOKENS", 600, int
 ETHAN_TURN_MAX_MODEL_CALLS = CONFIG.get("ETHAN_TURN_MAX_MODEL_CALLS", 8, int)
 ETHAN_MESSAGE_MAX_CHARS = CONFIG.get("ETHAN_MESSAGE_MAX_CHARS", 32_000, int)
 
+# --- Lark -----------------------------------------------------------------------------------
+# LARK_BASE_URL: https://open.larksuite.com (Lark) or https://open.feishu.cn (Feishu).
+LARK_APP_ID = CONFIG.get("LARK_APP_ID", "", str)
+LARK_APP_SECRET = CONFIG.get("LARK_APP_SECRET", "", str)
+LARK_VERIFICATION_TOKEN = CONFIG.get("LARK_VERIFICATION_TOKEN", "", str)
+LARK_ENCRYPT_KEY = CONFIG.get("LARK_ENCRYPT_KEY", "", str)
+LARK_BASE_URL = CONFIG.get("LARK_BASE_URL", "https://open.larksuite.com", str)
+# The bot's own open_id (to know when a group message mentions it); fetched from Lark if unset.
+LARK_BOT_OPEN_ID = CONFIG.get("LARK_BOT_OPEN_ID", "", str)
+# Signed requests older or newer than this are refused (replays).
+ETHAN_LARK_MAX_SKEW_SECONDS = CONFIG.get("ETHAN_LARK_MAX_SKEW_SECONDS", 300, int)
+
 # --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
 
 # The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).

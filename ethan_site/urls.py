@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agent_app.lark.webhook import lark_webhook
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
 
@@ -16,5 +17,6 @@ urlpatterns = [
     path("api/", include("episodes_app.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("lark/webhook", lark_webhook, name="lark-webhook"),
     path("healthz", healthz, name="healthz"),
 ]

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ChannelIdentity(models.Model):
+    """A person on another channel (a Lark open_id) mapped to their own Ethan owner."""
+
+    channel = models.CharField(max_length=16)
+    external_id = models.CharField(max_length=128)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.CASCADE, related_name="channel_identities"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name_plural = "channel identities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "external_id"], name="channel_identity_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.external_id}"
+
+
+class ChannelChat(models.Model):
+    """Which session a chat continues, per person: one until it goes idle, then a new one."""
+
+    channel = models.CharField(max_length=16)
+    chat_id = models.CharField(max_length=128)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    session = models.ForeignKey(
+        "sessions_app.ChatSession", models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "chat_id", "user"], name="channel_chat_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.chat_id}:{self.user_id}"
+
+
+class LarkEvent(models.Model):
+    """One delivered Lark event. The unique event_id makes handling exactly-once: a re-push or
+    a racing second delivery fails to insert and is acknowledged without being processed."""
+
+    class Status(models.TextChoices):
+        RECEIVED = "received"
+        PROCESSING = "processing"
+        DONE = "done"
+        IGNORED = "ignored"
+        FAILED = "failed"
+
+    event_id = models.CharField(max_length=128, unique=True)
+    event_type = models.CharField(max_length=64, blank=True)
+    payload = models.JSONField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED)
+    note = models.TextField(blank=True)  # why it was ignored or failed
+    received_at = models.DateTimeField(default=timezone.now)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "received_at"], name="larkevent_status")]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} {self.event_type} {self.status}"

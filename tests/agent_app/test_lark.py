@@ -1,0 +1,183 @@
+"""The Lark webhook against a loopback fake Lark, with real encryption and signatures."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.utils import timezone
+
+from agent_app.lark.handling import ONLY_TEXT
+from agent_app.models import ChannelIdentity, LarkEvent
+from memory_app.models import Fact
+from sessions_app.models import ChatSession
+from tests.lark_helpers import KEY, TOKEN, deliver, lark, message_event  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_url_verification_plain_and_encrypted(client, lark, settings):
+    challenge = {"challenge": "c-42", "token": TOKEN, "type": "url_verification"}
+    answer = deliver(client, challenge)
+    assert (answer.status_code, answer.json()) == (200, {"challenge": "c-42"})
+    settings.LARK_ENCRYPT_KEY = ""
+    plain = client.post("/lark/webhook", challenge, content_type="application/json")
+    assert plain.json() == {"challenge": "c-42"}
+    wrong = client.post(
+        "/lark/webhook", {**challenge, "token": "nope"}, content_type="application/json"
+    )
+    assert wrong.status_code == 401
+
+
+def test_a_p2p_message_is_answered_in_the_background(client, lark):
+    answer = deliver(client, message_event("ev1", "记住我喜欢喝美式咖啡"))
+    assert (answer.status_code, answer.json()) == (200, {"msg": "success"})
+    # The response was sent first; the task ran when Django closed it (embedded mode).
+    [reply] = lark.replies
+    assert reply["message_id"] == "om_ev1" and reply["uuid"] == "ev1"
+    assert json.loads(reply["content"]) == {"text": "好的，我记住了：用户喜欢喝美式咖啡"}
+    identity = ChannelIdentity.objects.get(channel="lark", external_id="ou_ada")
+    session = ChatSession.objects.get()
+    assert (session.owner, session.channel) == (identity.user, "lark")
+    assert Fact.objects.get().owner == identity.user
+    assert LarkEvent.objects.get().status == "done"
+
+
+@pytest.mark.parametrize(
+    ("change", "status"),
+    [
+        ({"bad_signature": True}, 401),
+        ({"stamp": int(time.time()) - 3600}, 401),
+    ],
+)
+def test_bad_signature_and_stale_timestamp_are_refused(client, lark, change, status):
+    assert deliver(client, message_event("ev2", "hi"), **change).status_code == status
+    assert not LarkEvent.objects.exists() and lark.replies == []
+
+
+def test_wrong_token_and_garbage_are_refused(client, lark):
+    event = message_event("ev3", "hi")
+    event["header"]["token"] = "stolen"
+    assert deliver(client, event).status_code == 401
+    garbage = client.post("/lark/webhook", "{nope", content_type="application/json")
+    assert garbage.status_code == 400
+    undecryptable = client.post(
+        "/lark/webhook", {"encrypt": "AAAA"}, content_type="application/json"
+    )
+    assert undecryptable.status_code == 400
+    assert not LarkEvent.objects.exists()
+
+
+def test_a_redelivered_event_is_acknowledged_once_processed_once(client, lark):
+    event = message_event("ev4", "你好")
+    assert deliver(client, event).status_code == 200
+    assert deliver(client, event).status_code == 200
+    assert LarkEvent.objects.count() == 1 and len(lark.replies) == 1
+    assert ChatSession.objects.get().messages.count() == 2
+
+
+def test_groups_need_a_mention_of_the_bot(client, lark):
+    silent = message_event("ev5", "大家好", chat_type="group", chat_id="oc_group")
+    assert deliver(client, silent).status_code == 200
+    assert lark.replies == [] and LarkEvent.objects.get().status == "ignored"
+    mention = [
+        {"key": "@_user_1", "id": {"open_id": "ou_bot"}, "name": "Ethan"},
+        {"key": "@_user_2", "id": {"open_id": "ou_grace"}, "name": "Grace"},
+    ]
+    asked = message_event(
+        "ev6",
+        "@_user_1 和 @_user_2 说你好",
+        chat_type="group",
+        chat_id="oc_group",
+        mentions=mention,
+    )
+    deliver(client, asked)
+    assert len(lark.replies) == 1
+    assert ChatSession.objects.get().messages.first().content == "和 @Grace 说你好"
+    assert any(r.path == "/open-apis/bot/v3/info" for r in lark.requests)  # the bot's id
+    everyone = message_event(
+        "ev7",
+        "@_all 开会了",
+        chat_type="group",
+        chat_id="oc_group",
+        mentions=[{"key": "@_all", "id": {}, "name": "所有人"}],
+    )
+    deliver(client, everyone)
+    assert len(lark.replies) == 1
+
+
+def test_bots_and_other_event_types_are_ignored(client, lark):
+    deliver(client, message_event("ev8", "beep", sender_type="app"))
+    other = message_event("ev9", "x")
+    other["header"]["event_type"] = "im.chat.member.bot.added_v1"
+    deliver(client, other)
+    assert lark.replies == []
+    assert list(LarkEvent.objects.order_by("id").values_list("status", flat=True)) == [
+        "ignored",
+        "ignored",
+    ]
+
+
+def test_unsupported_types_get_a_note_and_posts_are_read(client, lark):
+    deliver(client, message_event("ev10", message_type="image", content={"image_key": "k"}))
+    assert json.loads(lark.replies[0]["content"]) == {"text": ONLY_TEXT}
+    post = {
+        "zh_cn": {
+            "title": "周报",
+            "content": [
+                [
+                    {"tag": "text", "text": "本周完成了"},
+                    {"tag": "a", "text": "登录页", "href": "http://x"},
+                ]
+            ],
+        }
+    }
+    deliver(client, message_event("ev11", message_type="post", content=post))
+    assert ChatSession.objects.get().messages.first().content == "周报 本周完成了登录页"
+
+
+def test_an_expired_tenant_token_is_refreshed(client, lark):
+    deliver(client, message_event("ev12", "第一条"))
+    lark.revoke_tokens()
+    deliver(client, message_event("ev13", "第二条"))
+    assert len(lark.replies) == 2
+    token_calls = [r for r in lark.requests if "tenant_access_token" in r.path]
+    assert len(token_calls) == 2
+
+
+def test_lark_errors_are_retried_then_logged(client, lark):
+    lark.fail_replies = 2
+    deliver(client, message_event("ev14", "hello"))
+    assert len(lark.replies) == 1
+    lark.fail_replies = 10
+    deliver(client, message_event("ev15", "again"))
+    event = LarkEvent.objects.get(event_id="ev15")
+    assert event.status == "failed" and "code 230020" in event.note
+    # The turn itself was stored: the person's message is not lost.
+    assert ChatSession.objects.get().messages.filter(content="again").exists()
+
+
+def test_a_chat_keeps_its_session_until_idle(client, lark, settings):
+    deliver(client, message_event("ev16", "第一句"))
+    deliver(client, message_event("ev17", "第二句"))
+    first = ChatSession.objects.get()
+    assert first.messages.filter(role="user").count() == 2
+    ChatSession.objects.filter(pk=first.pk).update(
+        updated_at=timezone.now()
+        - timezone.timedelta(minutes=settings.ETHAN_SESSION_IDLE_MINUTES + 1)
+    )
+    deliver(client, message_event("ev18", "过了很久"))
+    assert ChatSession.objects.count() == 2
+    first.refresh_from_db()
+    assert first.ended_at is not None
+    from episodes_app.models import Episode
+
+    assert Episode.objects.get().session_id == first.pk  # written when it went idle
+    deliver(client, message_event("ev19", "你好", open_id="ou_grace"))
+    assert ChatSession.objects.values("owner").distinct().count() == 2  # one owner each
+
+
+def test_unconfigured_lark_is_503(client, settings):
+    settings.LARK_VERIFICATION_TOKEN = ""
+    assert client.post("/lark/webhook", {}, content_type="application/json").status_code == 503

@@ -1,0 +1,108 @@
+"""Building Lark deliveries as Lark does: schema 2.0 events, encrypted and signed."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import pytest
+
+from agent_app.lark.client import LarkClient
+from agent_app.lark.crypto import encrypt, signature
+from tests.fakes.lark_fake import FakeLark
+
+TOKEN, KEY = "v-token-123", "e-key-456"
+
+
+def message_event(
+    event_id: str,
+    text: str | None = None,
+    *,
+    open_id: str = "ou_ada",
+    chat_id: str = "oc_chat1",
+    chat_type: str = "p2p",
+    mentions: list | None = None,
+    sender_type: str = "user",
+    message_type: str = "text",
+    content: dict | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": "2.0",
+        "header": {
+            "event_id": event_id,
+            "event_type": "im.message.receive_v1",
+            "create_time": str(int(time.time() * 1000)),
+            "token": TOKEN,
+            "app_id": FakeLark.APP_ID,
+            "tenant_key": "t1",
+        },
+        "event": {
+            "sender": {
+                "sender_id": {"open_id": open_id, "union_id": f"on_{open_id}", "user_id": "u1"},
+                "sender_type": sender_type,
+            },
+            "message": {
+                "message_id": f"om_{event_id}",
+                "chat_id": chat_id,
+                "chat_type": chat_type,
+                "message_type": message_type,
+                "content": json.dumps(
+                    content if content is not None else {"text": text}, ensure_ascii=False
+                ),
+                "mentions": mentions or [],
+            },
+        },
+    }
+
+
+def deliver(
+    client,
+    payload: dict,
+    *,
+    encrypted: bool = True,
+    stamp: int | None = None,
+    bad_signature: bool = False,
+):
+    """POST the event as Lark would: encrypted with the Encrypt Key and signed."""
+    body = json.dumps({"encrypt": encrypt(payload, KEY)} if encrypted else payload).encode()
+    stamp_text = str(int(time.time()) if stamp is None else stamp)
+    nonce = secrets.token_hex(8)
+    sig = signature(stamp_text, nonce, KEY, body)
+    if bad_signature:
+        sig = "0" * len(sig)
+    return client.generic(
+        "POST",
+        "/lark/webhook",
+        body,
+        content_type="application/json",
+        HTTP_X_LARK_REQUEST_TIMESTAMP=stamp_text,
+        HTTP_X_LARK_REQUEST_NONCE=nonce,
+        HTTP_X_LARK_SIGNATURE=sig,
+    )
+
+
+@pytest.fixture
+def lark(settings, llm_config, monkeypatch):
+    """The fake Lark server and Ethan's Lark settings pointing at it (embedded mode)."""
+    fake = FakeLark()
+    settings.ETHAN_EMBEDDED = True
+    settings.LARK_BASE_URL = fake.url
+    settings.LARK_APP_ID, settings.LARK_APP_SECRET = FakeLark.APP_ID, FakeLark.APP_SECRET
+    settings.LARK_VERIFICATION_TOKEN, settings.LARK_ENCRYPT_KEY = TOKEN, KEY
+    settings.LARK_BOT_OPEN_ID = ""
+    LarkClient.forget_cached()
+    from agent_app.lark import handling
+
+    real = handling.lark_client
+
+    def fast_client():
+        client = real()
+        client.backoff = 0.01  # retries without the production waits
+        return client
+
+    monkeypatch.setattr(handling, "lark_client", fast_client)
+    yield fake
+    LarkClient.forget_cached()
+    fake.close()
