@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 
 from sessions_app import services
 from sessions_app.models import ChatSession, Message
+from tests.lark_helpers import lark  # noqa: F401
 from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

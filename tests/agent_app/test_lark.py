@@ -12,7 +12,7 @@ from agent_app.lark.handling import ONLY_TEXT
 from agent_app.models import ChannelIdentity, LarkEvent
 from memory_app.models import Fact
 from sessions_app.models import ChatSession
-from tests.lark_helpers import KEY, TOKEN, deliver, lark, message_event  # noqa: F401
+from tests.lark_helpers import TOKEN, deliver, message_event
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
