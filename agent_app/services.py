@@ -41,6 +41,15 @@ class TurnResult:
     offline: bool
 
 
+def owner_model(owner: AbstractBaseUser) -> str | None:
+    """The `model` of the person's own settings, if they have one."""
+    from agent_app.models import OwnerSettings
+
+    values = OwnerSettings.objects.filter(owner=owner).values_list("values", flat=True).first()
+    model = (values or {}).get("model")
+    return model if isinstance(model, str) and model else None
+
+
 def turn_prepare(
     *,
     session: ChatSession | None,
@@ -83,6 +92,8 @@ def turn_run(
     """One turn. The user message is stored (and committed) before the model is called, so a
     failing model (llm.ModelError, raised as it is) loses nothing and the caller can retry.
     Every assistant step and tool result is stored as it happens."""
+    if not model and not (session and session.model):
+        model = owner_model(owner)  # the person's own default (their imported config.yaml)
     text, mode, path, model = turn_prepare(
         session=session, text=text, mode=mode, path=path, model=model
     )

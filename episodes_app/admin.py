@@ -5,10 +5,10 @@ from episodes_app.models import Episode
 
 @admin.register(Episode)
 class EpisodeAdmin(admin.ModelAdmin):
-    list_display = ["session", "owner", "timestamp", "turn_count", "model", "keyword_list"]
+    list_display = ["session_ref", "owner", "timestamp", "turn_count", "model", "keyword_list"]
     list_filter = ["model", ("timestamp", admin.DateFieldListFilter)]
     list_select_related = ["owner"]
-    search_fields = ["summary", "session__id", "owner__username"]
+    search_fields = ["summary", "session_ref", "owner__username"]
     raw_id_fields = ["owner", "session"]
     date_hierarchy = "timestamp"
 

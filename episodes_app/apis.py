@@ -12,7 +12,7 @@ from episodes_app.models import Episode
 
 
 class EpisodeOutput(serializers.ModelSerializer):
-    session_id = serializers.CharField()
+    session_id = serializers.CharField(source="session_ref")
 
     class Meta:
         model = Episode

@@ -9,10 +9,14 @@ class Episode(models.Model):
     """What one finished session was about: a summary and keywords (layer 4)."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="episodes")
-    # One episode per session; a resumed session that grows updates it.
-    session = models.OneToOneField(
-        "sessions_app.ChatSession", models.CASCADE, related_name="episode"
+    # One episode per session; a resumed session that grows updates it. The episode outlives
+    # its session's messages (a deleted or never-imported session keeps its episode): the id
+    # is kept in session_ref, the link is cleared.
+    session = models.ForeignKey(
+        "sessions_app.ChatSession", models.SET_NULL, null=True, blank=True,
+        related_name="episodes",
     )
+    session_ref = models.CharField(max_length=64)
     summary = models.TextField()
     keywords = models.JSONField(default=list)
     model = models.CharField(max_length=100, blank=True)
@@ -24,6 +28,9 @@ class Episode(models.Model):
             # episodes_recent and search candidates: one owner's episodes, newest first.
             models.Index(fields=["owner", "-timestamp"], name="episode_owner_recent"),
         ]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "session_ref"], name="episode_per_session"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.session_id}: {self.summary[:50]}"
+        return f"{self.session_ref}: {self.summary[:50]}"

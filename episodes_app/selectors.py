@@ -61,7 +61,7 @@ def episodes_search(
     now = now or timezone.now()
     candidates = episodes_for_owner(owner=owner).order_by("-timestamp", "-id")
     if exclude_session_id:
-        candidates = candidates.exclude(session_id=exclude_session_id)
+        candidates = candidates.exclude(session_ref=exclude_session_id)
     scored = []
     for episode in candidates[:SEARCH_WINDOW]:
         score = term_frequency_score(terms, episode)
@@ -94,4 +94,4 @@ def episodes_for_recall(
 def recall_line(episode: Episode) -> str:
     when = timezone.localtime(episode.timestamp).strftime("%Y-%m-%d")
     keywords = ", ".join(episode.keywords)
-    return f"- {when} ({episode.session_id}; {keywords}): {episode.summary}"
+    return f"- {when} ({episode.session_ref}; {keywords}): {episode.summary}"

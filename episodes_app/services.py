@@ -28,7 +28,7 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
     session.refresh_from_db(fields=["round_count", "model", "ended_at"])
     if session.round_count < MIN_ROUNDS:
         return None
-    existing = Episode.objects.filter(session=session).first()
+    existing = Episode.objects.filter(owner_id=session.owner_id, session_ref=session.pk).first()
     if existing is not None and existing.turn_count == session.round_count:
         return existing  # nothing new since it was written
     first = max(1, session.round_count - SUMMARY_ROUNDS + 1)
@@ -39,9 +39,10 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
     summary = llm_memory.summarize(model=model, messages=messages)
     said = [m.content for m in messages if m.role == "user"]
     episode, _ = Episode.objects.update_or_create(
-        session=session,
+        owner_id=session.owner_id,
+        session_ref=session.pk,
         defaults={
-            "owner_id": session.owner_id,
+            "session": session,
             "summary": summary,
             "keywords": keywords_for([*said, summary]),
             "model": model,

@@ -39,6 +39,7 @@ def episode(owner, summary, keywords, days_ago=0, session=None):
     return Episode.objects.create(
         owner=owner,
         session=session,
+        session_ref=session.pk,
         summary=summary,
         keywords=keywords,
         turn_count=2,
@@ -117,7 +118,7 @@ def test_recall_on_the_full_path_only_within_budget(owner):
     assert episodes_for_recall(owner=owner, text="日本旅行", budget_tokens=5) == []
     assert (
         episodes_for_recall(
-            owner=owner, text="日本旅行", budget_tokens=600, exclude_session_id=old.session_id
+            owner=owner, text="日本旅行", budget_tokens=600, exclude_session_id=old.session_ref
         )[0].pk
         != old.pk
     )
@@ -134,7 +135,7 @@ def test_console_exit_and_new_write_episodes(owner, llm_config, settings):
         stdin=StringIO("我喜欢爬山。\n周末去了黄山。\n/new\n只聊一句\n/exit\n"),
     )
     first, _one_round = ChatSession.objects.order_by("created_at")
-    assert Episode.objects.get().session_id == first.pk  # the one-round session has none
+    assert Episode.objects.get().session_ref == first.pk  # the one-round session has none
     assert "爬山" in Episode.objects.get().keywords
 
 
@@ -145,7 +146,7 @@ def test_idle_api_sessions_get_their_episode(owner, llm_config, settings):
     ChatSession.objects.filter(pk=idle.pk).update(updated_at=timezone.now() - timedelta(hours=1))
     assert close_idle() == 1
     queue.run_deferred()
-    assert Episode.objects.get().session_id == idle.pk
+    assert Episode.objects.get().session_ref == idle.pk
     assert write_episode(idle.pk) is True and Episode.objects.count() == 1
 
 
@@ -171,7 +172,7 @@ def test_episodes_api(owner, other_owner):
     }
     found = client.get("/api/episodes", {"q": "咖啡", "limit": 5}).json()
     assert [(e["id"], e["session_id"], e["keywords"]) for e in found] == [
-        (coffee.pk, coffee.session_id, ["咖啡"])
+        (coffee.pk, coffee.session_ref, ["咖啡"])
     ]
     assert client.get("/api/episodes", {"limit": 0}).status_code == 400
     assert APIClient().get("/api/episodes").status_code == 401
