@@ -64,6 +64,7 @@ beat: migrate
 # The quick benchmark set; each appends its results to docs/benchmarks.md.
 bench: install
 	$(PY) -m bench.session_search --quick
+	$(PY) -m bench.import_speed --quick
 
 clean:
 	rm -rf $(VENV) .test-home .bench-home .pytest_cache .ruff_cache *.egg-info

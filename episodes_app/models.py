@@ -13,7 +13,10 @@ class Episode(models.Model):
     # its session's messages (a deleted or never-imported session keeps its episode): the id
     # is kept in session_ref, the link is cleared.
     session = models.ForeignKey(
-        "sessions_app.ChatSession", models.SET_NULL, null=True, blank=True,
+        "sessions_app.ChatSession",
+        models.SET_NULL,
+        null=True,
+        blank=True,
         related_name="episodes",
     )
     session_ref = models.CharField(max_length=64)

@@ -34,3 +34,21 @@ def test_ethan_help(tmp_path):
     shown = run_ethan(["--help"], tmp_path)
     assert shown.returncode == 0
     assert "ethan session list|show|delete|search" in shown.stdout
+
+
+def test_ethan_import_and_export_from_the_console_script(tmp_path):
+    import json
+
+    source = tmp_path / "old"
+    (source / "memory").mkdir(parents=True)
+    (source / "memory/facts.json").write_text(json.dumps([{"content": "用户喜欢美式咖啡"}]))
+    home = tmp_path / "home"
+    imported = run_ethan(["import", "--home", str(source), "--user", "ada"], home)
+    assert imported.returncode == 0, imported.stderr
+    assert "facts: 1 new" in imported.stdout
+    exported = run_ethan(["export", "--home", str(tmp_path / "out"), "--user", "ada"], home)
+    assert exported.returncode == 0, exported.stderr
+    facts = json.loads((tmp_path / "out/memory/facts.json").read_text())
+    assert [f["content"] for f in facts] == ["用户喜欢美式咖啡"]
+    refused = run_ethan(["import", "--home", str(tmp_path / "nowhere")], home)
+    assert refused.returncode == 1 and "is not a folder" in refused.stderr

@@ -1,0 +1,308 @@
+"""The ~/.ethan layout: import → export reproduces it; repeatable; bad files refused whole."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import CommandError, call_command
+
+from agent_app.models import OwnerSettings
+from episodes_app.models import Episode
+from memory_app.models import Fact, FactEvent, Procedure
+from profile_app.models import ProfileSection
+from sessions_app.models import ChatSession, Message
+
+pytestmark = pytest.mark.django_db
+
+TOOL_CALLS = [
+    {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "memory_write", "arguments": '{"content": "用户喜欢美式咖啡"}'},
+    }
+]
+SESSIONS = [
+    (
+        "s_20260611_1753_d139",
+        "记住我喜欢美式咖啡",
+        "claude-sonnet-4-6",
+        1749635580.5,
+        1749635999.25,
+    ),
+    (
+        "s_20260612_0151_b18c",
+        "Plan the Lisbon trip",
+        "gemini-2.5-flash",
+        1749692000.0,
+        1749692100.0,
+    ),
+]
+MESSAGES = [
+    ("s_20260611_1753_d139", "user", "记住我喜欢美式咖啡", None, None),
+    ("s_20260611_1753_d139", "assistant", "", json.dumps(TOOL_CALLS, ensure_ascii=False), None),
+    ("s_20260611_1753_d139", "tool", "ok", None, "call_1"),
+    ("s_20260611_1753_d139", "assistant", "好的，记住了。", None, None),
+    ("s_20260612_0151_b18c", "user", "Plan the Lisbon trip", None, None),
+    ("s_20260612_0151_b18c", "assistant", "Sure: day one…", None, None),
+]
+FACTS = [
+    {
+        "id": "f1",
+        "content": "用户喜欢美式咖啡",
+        "category": "preference",
+        "confidence": 0.95,
+        "source": "agent_proactive",
+        "created_at": 1749635600.0,
+        "last_accessed": 1749700000.0,
+        "hit_count": 3,
+    },
+    {
+        "id": "f2",
+        "content": "The user's sister lives in Lisbon",
+        "category": "knowledge",
+        "confidence": 0.8,
+        "source": "consolidator",
+        "created_at": 1749692050.0,
+        "last_accessed": 1749692050.0,
+        "hit_count": 1,
+    },
+]
+PROCEDURES = [
+    {
+        "id": "p1",
+        "rule": "Always reply in Chinese",
+        "context": "用户明确要求",
+        "created_at": 1749635700.0,
+        "active": True,
+    },
+    {"id": "p2", "rule": "不要用韩语", "context": "", "created_at": 1749635800.0, "active": False},
+]
+EPISODES = [
+    {
+        "session_id": "s_20260612_0151_b18c",
+        "summary": "讨论了里斯本旅行",
+        "timestamp": 1749744812.3,
+        "model": "gemini-2.5-flash-lite",
+        "turn_count": 18,
+        "keywords": ["里斯本", "旅行", "Lisbon"],
+    },
+    {
+        "session_id": "s_20250101_0000_gone",
+        "summary": "an old session, long deleted",
+        "timestamp": 1735689600.0,
+        "model": "offline",
+        "turn_count": 2,
+        "keywords": ["old"],
+    },
+]
+PROFILE = (
+    "# 用户画像\n\n## 基础特征\n\n- 名字：张三\n\n## 身份与背景\n\n- 后端工程师\n\n"
+    "## 目标与方向\n\n- 2026 年底前完成独立产品上线\n\n## 工作与沟通方式\n\n## 心理与情绪\n\n"
+    "## 个人语言与激励\n\n## 与 Agent 的约定\n\n- 周报用英文\n"
+)
+CONFIG = {"model": "claude-sonnet-4-6", "memory": {"hot_size": 10}}
+
+
+def build_layout(home: Path, *, facts=FACTS, wrap: bool = False) -> Path:
+    (home / "memory").mkdir(parents=True)
+    db = sqlite3.connect(home / "sessions.db")
+    db.execute("CREATE TABLE sessions (id TEXT, title TEXT, model TEXT, created_at, updated_at)")
+    db.execute(
+        "CREATE TABLE messages (session_id TEXT, role TEXT, content TEXT, "
+        "tool_calls TEXT, tool_call_id TEXT)"
+    )
+    db.executemany("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", SESSIONS)
+    db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?)", MESSAGES)
+    db.commit()
+    db.close()
+    dump = (lambda key, data: {key: data}) if wrap else (lambda key, data: data)
+    (home / "memory/facts.json").write_text(json.dumps(dump("facts", facts), ensure_ascii=False))
+    (home / "memory/procedures.json").write_text(json.dumps(dump("procedures", PROCEDURES)))
+    (home / "memory/episodes.json").write_text(json.dumps(dump("episodes", EPISODES)))
+    (home / "memory/user_profile.md").write_text(PROFILE)
+    (home / "config.yaml").write_text(yaml.safe_dump(CONFIG))
+    return home
+
+
+def run(command: str, *args: str) -> str:
+    out = StringIO()
+    call_command(command, *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def read_db(path: Path):
+    db = sqlite3.connect(path)
+    try:
+        sessions = db.execute("SELECT * FROM sessions ORDER BY rowid").fetchall()
+        messages = db.execute("SELECT * FROM messages ORDER BY rowid").fetchall()
+    finally:
+        db.close()
+    return sessions, messages
+
+
+def without_ids(items):
+    return [{k: v for k, v in item.items() if k != "id"} for item in items]
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_import_then_export_reproduces_the_layout(tmp_path, owner, wrap):
+    source = build_layout(tmp_path / "in", wrap=wrap)
+    out = run("ethan_import", "--home", str(source), "--user", "ada")
+    assert "sessions: 2 new" in out and "messages: 6 new" in out and "facts: 2 new" in out
+    assert "episodes: 2 new" in out
+    session = ChatSession.objects.get(pk="s_20260611_1753_d139")
+    assert (session.owner, session.channel, session.last_seq, session.round_count) == (
+        owner,
+        "import",
+        4,
+        1,
+    )
+    assert Message.objects.get(session=session, seq=2).tool_calls == TOOL_CALLS
+    assert Fact.objects.get(content="用户喜欢美式咖啡").hit_count == 3
+    assert FactEvent.objects.filter(actor="import").count() == 2
+    assert Episode.objects.get(session_ref="s_20250101_0000_gone").session is None
+
+    target = tmp_path / "out"
+    run("ethan_export", "--home", str(target), "--user", "ada")
+    assert read_db(target / "sessions.db") == (SESSIONS, MESSAGES)
+    assert without_ids(json.loads((target / "memory/facts.json").read_text())) == without_ids(FACTS)
+    assert without_ids(json.loads((target / "memory/procedures.json").read_text())) == without_ids(
+        PROCEDURES
+    )
+    assert json.loads((target / "memory/episodes.json").read_text()) == sorted(
+        EPISODES, key=lambda e: e["timestamp"]
+    )
+    assert (target / "memory/user_profile.md").read_text() == PROFILE
+    assert yaml.safe_load((target / "config.yaml").read_text()) == CONFIG
+
+
+def test_importing_twice_adds_nothing_and_a_grown_session_gets_its_new_messages(tmp_path, owner):
+    source = build_layout(tmp_path / "in")
+    run("ethan_import", "--home", str(source), "--user", "ada")
+    again = run("ethan_import", "--home", str(source), "--user", "ada")
+    assert "messages: 0 new, 6 already there" in again and "facts: 0 new, 2 already there" in again
+    assert (
+        ChatSession.objects.count(),
+        Message.objects.count(),
+        Fact.objects.count(),
+        Procedure.objects.count(),
+        Episode.objects.count(),
+    ) == (2, 6, 2, 2, 2)
+    db = sqlite3.connect(source / "sessions.db")
+    db.execute(
+        "INSERT INTO messages VALUES ('s_20260612_0151_b18c', 'user', '再加一天', NULL, NULL)"
+    )
+    db.commit()
+    db.close()
+    assert "messages: 1 new, 6 already there" in run(
+        "ethan_import", "--home", str(source), "--user", "ada"
+    )
+    assert ChatSession.objects.get(pk="s_20260612_0151_b18c").round_count == 2
+
+
+def test_the_profile_and_settings_apply(tmp_path, owner, llm_config):
+    run("ethan_import", "--home", str(build_layout(tmp_path / "in")), "--user", "ada")
+    assert ProfileSection.objects.get(owner=owner, key="basic").content == "- 名字：张三"
+    assert OwnerSettings.objects.get(owner=owner).values == CONFIG
+    from agent_app.services import owner_model
+
+    assert owner_model(owner) == "claude-sonnet-4-6"  # the imported model is their default
+
+
+def _corrupt(home: Path, name: str) -> None:
+    if name == "sessions.db":
+        db = sqlite3.connect(home / "sessions.db")
+        db.execute(
+            "INSERT INTO messages VALUES ('s_20260611_1753_d139', 'narrator', 'x', NULL, NULL)"
+        )
+        db.commit()
+        db.close()
+    elif name == "facts.json":
+        (home / "memory/facts.json").write_text('[{"content": "x", "confidence": 7}]')
+    elif name == "procedures.json":
+        (home / "memory/procedures.json").write_text('[{"rule": "x"},\n {"rule": 3}]')
+    elif name == "episodes.json":
+        (home / "memory/episodes.json").write_text('[{"session_id": "s", "summary": "x",\n')
+    elif name == "user_profile.md":
+        (home / "memory/user_profile.md").write_text("## goals\n- a\n## 目标与方向\n- b\n")
+    elif name == "config.yaml":
+        (home / "config.yaml").write_text("model: [gpt-4o\n")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("sessions.db", "sessions.db, messages rowid 7: role must be one of"),
+        ("facts.json", "memory/facts.json, item 0: confidence must be a number from 0 to 1"),
+        ("procedures.json", "memory/procedures.json, item 1: rule must be text"),
+        ("episodes.json", "memory/episodes.json, line 2 column 1"),
+        ("user_profile.md", "memory/user_profile.md: section 目标与方向 appears twice"),
+        ("config.yaml", "config.yaml, line 2"),
+    ],
+)
+def test_a_malformed_file_is_named_and_nothing_is_written(tmp_path, owner, name, message):
+    source = build_layout(tmp_path / "in")
+    _corrupt(source, name)
+    with pytest.raises(CommandError, match="nothing imported") as error:
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert message in str(error.value)
+    assert not ChatSession.objects.exists() and not Fact.objects.exists()
+    assert not Procedure.objects.exists() and not ProfileSection.objects.exists()
+
+
+def test_missing_files_are_skipped_with_a_note(tmp_path, owner):
+    home = tmp_path / "in"
+    (home / "memory").mkdir(parents=True)
+    (home / "memory/facts.json").write_text('{"facts": [{"content": "likes tea"}]}')
+    out = run("ethan_import", "--home", str(home), "--user", "ada")
+    assert "note: sessions.db: not found, skipped" in out
+    assert "note: memory/episodes.json: not found, skipped" in out
+    fact = Fact.objects.get()
+    assert (fact.content, fact.category, fact.confidence, fact.source) == (
+        "likes tea",
+        "knowledge",
+        0.8,
+        "import",
+    )
+
+
+def test_dry_run_writes_nothing(tmp_path, owner):
+    out = run(
+        "ethan_import", "--home", str(build_layout(tmp_path / "in")), "--user", "ada", "--dry-run"
+    )
+    assert "would import for ada" in out and "messages: 6 new" in out
+    assert out.rstrip().endswith("dry run: nothing was written")
+    assert not ChatSession.objects.exists() and not Fact.objects.exists()
+
+
+def test_another_users_session_id_refuses_the_whole_import(tmp_path, owner, other_owner):
+    ChatSession.objects.create(id="s_20260612_0151_b18c", owner=other_owner)
+    with pytest.raises(CommandError, match="belongs to another user"):
+        run("ethan_import", "--home", str(build_layout(tmp_path / "in")), "--user", "ada")
+    assert not Fact.objects.exists()
+
+
+def test_export_refuses_a_folder_that_is_not_empty(tmp_path, owner):
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(CommandError, match="is not empty: nothing written"):
+        run("ethan_export", "--home", str(target), "--user", "ada")
+    assert [p.name for p in target.iterdir()] == ["keep.txt"]
+    run("ethan_export", "--home", str(target), "--user", "ada", "--force")
+    assert (target / "sessions.db").exists() and (target / "keep.txt").exists()
+
+
+def test_iso_times_are_accepted(tmp_path, owner):
+    home = tmp_path / "in"
+    (home / "memory").mkdir(parents=True)
+    (home / "memory/facts.json").write_text(
+        json.dumps([{"content": "x", "created_at": "2026-06-11T17:53:00+08:00"}])
+    )
+    run("ethan_import", "--home", str(home), "--user", "ada")
+    assert Fact.objects.get().created_at.timestamp() == 1781171580.0
