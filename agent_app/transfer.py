@@ -32,6 +32,7 @@ from profile_app.markdown import ProfileParseError, parse, render
 from profile_app.models import ProfileSection
 from profile_app.services import profile_update
 from sessions_app.models import ChatSession, Message
+from sessions_app.search import search_tokens
 
 SESSIONS_DB = "sessions.db"
 FACTS = "memory/facts.json"
@@ -374,7 +375,8 @@ def _import_sessions(owner, layout: Layout, report: ImportReport, progress) -> N
             done += 1
             if seq <= known:
                 continue  # imported before: messages are matched by position
-            batch.append(Message(session_id=session_id, seq=seq, **row))
+            tokens = search_tokens(row["content"]) if row["role"] in ("user", "assistant") else ""
+            batch.append(Message(session_id=session_id, seq=seq, search_tokens=tokens, **row))
             if len(batch) >= BATCH:
                 Message.objects.bulk_create(batch)
                 created += len(batch)
@@ -410,6 +412,7 @@ def _import_facts(owner, layout: Layout, report: ImportReport) -> None:
             Fact(
                 owner=owner,
                 content_key=key,
+                search_tokens=search_tokens(row["content"]),
                 last_accessed=row["last_accessed"] or row["created_at"],
                 updated_at=row["created_at"],
                 **{k: v for k, v in row.items() if k != "last_accessed"},
@@ -467,6 +470,7 @@ def _import_episodes(owner, layout: Layout, report: ImportReport) -> None:
         Episode(
             owner=owner,
             session_id=row["session_ref"] if row["session_ref"] in sessions else None,
+            search_tokens=search_tokens(f"{row['summary']} {' '.join(row['keywords'])}"),
             **row,
         )
         for row in layout.episodes

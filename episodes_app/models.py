@@ -22,6 +22,8 @@ class Episode(models.Model):
     session_ref = models.CharField(max_length=64)
     summary = models.TextField()
     keywords = models.JSONField(default=list)
+    # Summary and keywords as words for search (sessions_app.search).
+    search_tokens = models.TextField(blank=True, editable=False)
     model = models.CharField(max_length=100, blank=True)
     turn_count = models.PositiveIntegerField()
     timestamp = models.DateTimeField(default=timezone.now)  # when the session ended

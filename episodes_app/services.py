@@ -13,6 +13,7 @@ from llm import memory as llm_memory
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession
 from sessions_app.rounds import rounds_messages
+from sessions_app.search import search_tokens
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,8 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
         defaults={
             "session": session,
             "summary": summary,
-            "keywords": keywords_for([*said, summary]),
+            "keywords": (keywords := keywords_for([*said, summary])),
+            "search_tokens": search_tokens(f"{summary} {' '.join(keywords)}"),
             "model": model,
             "turn_count": session.round_count,
             "timestamp": session.ended_at or timezone.now(),

@@ -31,6 +31,8 @@ class Fact(models.Model):
     # sha1 of the content lower-cased without punctuation or spacing (normalize.content_key):
     # "the same fact" means equal keys.
     content_key = models.CharField(max_length=40, editable=False)
+    # The content's words for search and relevance-aware injection (sessions_app.search).
+    search_tokens = models.TextField(blank=True, editable=False)
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.KNOWLEDGE)
     confidence = models.FloatField(default=0.8)
     source = models.CharField(max_length=16, choices=Source.choices)

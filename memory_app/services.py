@@ -12,6 +12,7 @@ from memory_app import selectors
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.normalize import content_key, normalize
 from sessions_app.models import ChatSession, Message
+from sessions_app.search import search_tokens
 
 
 @transaction.atomic
@@ -36,6 +37,7 @@ def fact_write(
         owner=owner,
         content=content,
         content_key=content_key(content),
+        search_tokens=search_tokens(content),
         category=category,
         confidence=confidence,
         source=source,
@@ -115,6 +117,7 @@ def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> F
     old_content, old_confidence = fact.content, fact.confidence
     fact.content = " ".join(content.split())
     fact.content_key = content_key(fact.content)
+    fact.search_tokens = search_tokens(fact.content)
     fact.confidence = rules.reinforced(old_confidence, confidence)
     fact.hit_count += 1
     fact.updated_at = timezone.now()
@@ -178,6 +181,7 @@ def fact_edit(
         if not normalize(fact.content):
             raise ValidationError({"content": "a fact needs words"})
         fact.content_key = content_key(fact.content)
+    fact.search_tokens = search_tokens(fact.content)
     if category is not None:
         fact.category = category
     if confidence is not None:

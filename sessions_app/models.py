@@ -68,6 +68,8 @@ class Message(models.Model):
     tool_calls = models.JSONField(null=True, blank=True)
     # On a tool message: which call it answers.
     tool_call_id = models.CharField(max_length=128, blank=True)
+    # The content's words for search (sessions_app.search); indexed on PostgreSQL.
+    search_tokens = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

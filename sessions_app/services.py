@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
+from sessions_app.search import search_tokens
 
 TITLE_LENGTH = 40
 ID_ATTEMPTS = 10
@@ -120,6 +121,8 @@ def message_append(
         "last_seq", "round_count"
     ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
+    if role in (Message.Role.USER, Message.Role.ASSISTANT):
+        message.search_tokens = search_tokens(content)
     message.save(force_insert=True)
     session.last_seq = message.seq
     session.updated_at = now

@@ -1,0 +1,100 @@
+"""The one search engine for memory: BM25 over the shared tokenizer (llm.text.tokenize: jieba
+for Chinese, lower-cased, stopword-free, lightly stemmed English).
+
+Each searchable row (a message, a fact, an episode) keeps its tokens in `search_tokens`, written
+with the row. Finding candidates uses an index where the database has one: on PostgreSQL a GIN
+index over `to_tsvector('simple', search_tokens)` (the tokens are ours; 'simple' only splits
+them), on SQLite a LIKE per term (one person's laptop-sized history). Ranking is BM25, computed
+here over the candidates:
+
+    score(d) = sum over query terms t of
+               idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+    idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+with k1 = 1.2, b = 0.75, N the owner's number of documents of that kind, df counted over the
+candidates (exact unless the candidate cap was reached) and avgdl their mean length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import BooleanField, Q, QuerySet
+from django.db.models.expressions import RawSQL
+
+from llm.text import tokenize
+
+K1, B = 1.2, 0.75
+# Candidates ranked per search at most (the newest first when more match).
+CANDIDATE_CAP = 5000
+
+
+def search_tokens(text: str) -> str:
+    """What is stored in a row's search_tokens column: the tokens with a space on both sides,
+    so a whole token is always ` token ` (LIKE-friendly)."""
+    tokens = tokenize(text)
+    return f" {' '.join(tokens)} " if tokens else ""
+
+
+def query_terms(text: str) -> list[str]:
+    return list(dict.fromkeys(tokenize(text)))  # unique, in order
+
+
+def _tsquery(terms: list[str]) -> str:
+    return " | ".join("'" + term.replace("'", "''").replace("\\", "") + "'" for term in terms)
+
+
+def matching(queryset: QuerySet, terms: list[str]) -> QuerySet:
+    """Rows of `queryset` whose search_tokens hold any of `terms` (through the index)."""
+    if not terms:
+        return queryset.none()
+    if connection.vendor == "postgresql":
+        table = queryset.model._meta.db_table
+        return queryset.filter(
+            RawSQL(
+                f"to_tsvector('simple', \"{table}\".\"search_tokens\") @@ to_tsquery('simple', %s)",
+                [_tsquery(terms)],
+                output_field=BooleanField(),
+            )
+        )
+    condition = Q()
+    for term in terms:
+        condition |= Q(search_tokens__contains=f" {term} ")  # whole tokens only
+    return queryset.filter(condition)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    item: Any
+    score: float
+
+
+def bm25(terms: list[str], docs: Iterable[tuple[Any, str]], total_docs: int) -> list[Ranked]:
+    """Rank (item, search_tokens) pairs for `terms`, best first; items sharing nothing are
+    dropped."""
+    rows = [(item, tokens.split()) for item, tokens in docs]
+    if not rows or not terms:
+        return []
+    wanted = set(terms)
+    df: Counter[str] = Counter()
+    for _item, tokens in rows:
+        df.update(wanted & set(tokens))
+    n = max(total_docs, len(rows))
+    avgdl = sum(len(tokens) for _item, tokens in rows) / len(rows) or 1.0
+    ranked = []
+    for item, tokens in rows:
+        counts = Counter(token for token in tokens if token in wanted)
+        if not counts:
+            continue
+        score = 0.0
+        for term, tf in counts.items():
+            idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(tokens) / avgdl))
+        ranked.append(Ranked(item=item, score=score))
+    ranked.sort(key=lambda r: -r.score)
+    return ranked
