@@ -12,7 +12,7 @@ import llm
 from agent_app.modes import MODE_ALIASES, mode_parse
 from agent_app.paths import PATHS
 from agent_app.prompts import build_system
-from agent_app.services import TurnInputError, turn_prepare, turn_run
+from agent_app.services import TurnInputError, last_user_message, turn_prepare, turn_run
 from memory_app.working import build_context
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
@@ -168,6 +168,8 @@ class ContextApi(APIView):
             text=text,
             session_id=session.pk if session.is_persisted else None,
             mark_accessed=False,
+            # Not stored yet, so the session's last user message is the previous turn.
+            previous=last_user_message(session),
         )
         context = build_context(
             session=session, current_input=text, exclude_fact_ids=[fact.pk for fact in system.facts]

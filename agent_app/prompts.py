@@ -60,6 +60,7 @@ def build_system(
     text: str = "",
     session_id: str | None = None,
     mark_accessed: bool = True,
+    previous: str = "",
 ) -> SystemPrompt:
     """Persona, rules, the most trusted facts, (full/medium) the profile and (full) the past
     episodes relevant to `text`. Four queries for the first four blocks (three on fast), and one
@@ -72,7 +73,10 @@ def build_system(
         rules = "\n".join(f"- {procedure.rule}" for procedure in procedures)
         parts.append(f"<behavioral_guidelines>\n{rules}\n</behavioral_guidelines>")
 
-    facts = memory_selectors.facts_for_injection(owner=owner, limit=settings.fact_limit)
+    # Relevance to the message and the user's previous turn (docs/memory.md, injection).
+    facts = memory_selectors.facts_for_injection(
+        owner=owner, limit=settings.fact_limit, text=f"{text}\n{previous}".strip()
+    )
     if facts:
         lines = "\n".join(_fact_line(fact) for fact in facts)
         parts.append(f"<memory_context>\n{lines}\n</memory_context>")

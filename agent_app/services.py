@@ -41,6 +41,23 @@ class TurnResult:
     offline: bool
 
 
+def last_user_message(session: ChatSession, skip: int = 0) -> str:
+    """The session's latest user message (`skip` = 1: the one before it)."""
+    if not session.is_persisted:
+        return ""
+    earlier = (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("content", flat=True)[skip : skip + 1]
+    )
+    return next(iter(earlier), "")
+
+
+def previous_user_turn(session: ChatSession) -> str:
+    """The user's message before the current one (stored already): relevance looks at both."""
+    return last_user_message(session, skip=1)
+
+
 def owner_model(owner: AbstractBaseUser) -> str | None:
     """The `model` of the person's own settings, if they have one."""
     from agent_app.models import OwnerSettings
@@ -106,7 +123,14 @@ def turn_run(
     session_services.message_append(session=session, role=Message.Role.USER, content=text)
 
     path_settings = SETTINGS[path]
-    system = build_system(owner=owner, mode=mode, path=path, text=text, session_id=session.pk)
+    system = build_system(
+        owner=owner,
+        mode=mode,
+        path=path,
+        text=text,
+        session_id=session.pk,
+        previous=previous_user_turn(session),
+    )
     # Facts already in <memory_context> are not repeated in the long-term block.
     context = build_context(session=session, exclude_fact_ids=[fact.pk for fact in system.facts])
     tools = TOOL_SPECS if path_settings.tools else ()

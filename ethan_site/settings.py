@@ -188,6 +188,14 @@ ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
 ETHAN_MEMORY_HOT_SIZE = CONFIG.get("ETHAN_MEMORY_HOT_SIZE", 10, int)
 ETHAN_MEMORY_COMPRESS_BATCH = CONFIG.get("ETHAN_MEMORY_COMPRESS_BATCH", 5, int)
 ETHAN_MEMORY_WARM_CAPACITY = CONFIG.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int)
+# Which facts go into <memory_context>: "relevance" (the default: confidence blended with how
+# well each fact matches the message, docs/memory.md) or "seed" (the design's pure order).
+ETHAN_INJECTION = CONFIG.get("ETHAN_INJECTION", "relevance", str)
+if ETHAN_INJECTION not in ("relevance", "seed"):
+    raise ConfigError(
+        f"ETHAN_INJECTION from {CONFIG.source_of('ETHAN_INJECTION')}: use "
+        f"relevance or seed, not {ETHAN_INJECTION!r}"
+    )
 # Active facts kept per owner; past it the least trusted, least recently used are evicted.
 ETHAN_FACT_CAPACITY = CONFIG.get("ETHAN_FACT_CAPACITY", 1000, int)
 # API and Lark sessions idle this long are closed (ended_at set, episode written) by beat.
