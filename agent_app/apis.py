@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import llm
+from agent_app.memory_search import MAX_LIMIT, SCOPES, memory_search
 from agent_app.modes import MODE_ALIASES, mode_parse
 from agent_app.paths import PATHS
 from agent_app.prompts import build_system
@@ -180,4 +181,52 @@ class ContextApi(APIView):
                 "system": system.text,
                 "messages": [{"role": m.role, "content": m.content} for m in context],
             }
+        )
+
+
+class SearchApi(APIView):
+    class SearchQuery(serializers.Serializer):
+        q = serializers.CharField(max_length=1000)
+        scope = serializers.ChoiceField(choices=list(SCOPES), default="all")
+        limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
+
+    @extend_schema(
+        parameters=[SearchQuery],
+        responses=inline_serializer(
+            "SearchHit",
+            many=True,
+            fields={
+                "kind": serializers.ChoiceField(choices=["fact", "episode", "message"]),
+                "id": serializers.IntegerField(),
+                "session_id": serializers.CharField(allow_null=True),
+                "seq": serializers.IntegerField(allow_null=True),
+                "content": serializers.CharField(),
+                "score": serializers.FloatField(),
+                "created_at": serializers.DateTimeField(),
+            },
+        ),
+    )
+    def get(self, request):
+        """Facts, episodes and past messages ranked by BM25 (Chinese and English)."""
+        params = self.SearchQuery(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        hits = memory_search(
+            owner=request.user,
+            query=params.validated_data["q"],
+            scope=params.validated_data["scope"],
+            limit=params.validated_data["limit"],
+        )
+        return Response(
+            [
+                {
+                    "kind": h.kind,
+                    "id": h.id,
+                    "session_id": h.session_id,
+                    "seq": h.seq,
+                    "content": h.content,
+                    "score": round(h.score, 4),
+                    "created_at": h.created_at,
+                }
+                for h in hits
+            ]
         )

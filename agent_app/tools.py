@@ -74,7 +74,25 @@ PROFILE_UPDATE = ToolSpec(
         "required": ["section", "entry"],
     },
 )
-TOOL_SPECS: tuple[ToolSpec, ...] = (MEMORY_WRITE, PROCEDURE_WRITE, PROFILE_UPDATE)
+MEMORY_SEARCH = ToolSpec(
+    name="memory_search",
+    description=(
+        "Search what you remember about the user: stored facts, summaries of past "
+        "conversations (episodes) and past messages. Use it when the user refers to something "
+        "said before that is not in your context. Returns short snippets with their source "
+        "(session id, date, role)."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "words to look for, in any language"},
+            "scope": {"type": "string", "enum": ["facts", "episodes", "messages", "all"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 20},
+        },
+        "required": ["query"],
+    },
+)
+TOOL_SPECS: tuple[ToolSpec, ...] = (MEMORY_WRITE, PROCEDURE_WRITE, PROFILE_UPDATE, MEMORY_SEARCH)
 
 
 class ToolArgumentError(ValueError):
@@ -138,10 +156,28 @@ def _profile_update(owner, session, message, arguments) -> str:
     return f"ok: profile section {section.get_key_display()} updated ({mode})"
 
 
+def _memory_search(owner, session, message, arguments) -> str:
+    from agent_app.memory_search import memory_search
+
+    limit = arguments.get("limit", 5)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
+        raise ToolArgumentError("limit must be a whole number from 1 to 20")
+    hits = memory_search(
+        owner=owner,
+        query=_text(arguments, "query"),
+        scope=_text(arguments, "scope", required=False) or "all",
+        limit=limit,
+    )
+    if not hits:
+        return "ok: nothing in memory matches"
+    return "\n".join(hit.cited() for hit in hits)
+
+
 HANDLERS: dict[str, Callable[..., str]] = {
     "memory_write": _memory_write,
     "procedure_write": _procedure_write,
     "profile_update": _profile_update,
+    "memory_search": _memory_search,
 }
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -11,8 +10,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from episodes_app.models import Episode
-from llm.text import tokenize
 from llm.tokens import estimate_tokens
+from sessions_app.search import bm25, matching, query_terms
 
 # Episodes scored per search: the owner's most recent ones.
 SEARCH_WINDOW = 500
@@ -36,15 +35,6 @@ def episodes_recent(*, owner: AbstractBaseUser, limit: int = 20) -> list[Episode
     return list(episodes_for_owner(owner=owner).order_by("-timestamp", "-id")[:limit])
 
 
-def term_frequency_score(query_terms: list[str], episode: Episode) -> float:
-    """How often the query's words occur in the summary and keywords (keywords count double:
-    they are what the episode was about)."""
-    counts = Counter(tokenize(episode.summary))
-    for keyword in episode.keywords:
-        counts.update({word: 2 for word in tokenize(keyword)})
-    return float(sum(counts[term] for term in set(query_terms)))
-
-
 def episodes_search(
     *,
     owner: AbstractBaseUser,
@@ -54,23 +44,24 @@ def episodes_search(
     now: datetime | None = None,
     recency: bool = False,
 ) -> list[ScoredEpisode]:
-    """Episodes whose summary or keywords share words with `query`, best first (ties: newest)."""
-    terms = tokenize(query)
+    """Episodes ranked by BM25 of their summary and keywords against `query` (the memory search
+    engine), best first, ties newest first; with `recency`, times the recency prior."""
+    terms = query_terms(query)
     if not terms:
         return []
     now = now or timezone.now()
-    candidates = episodes_for_owner(owner=owner).order_by("-timestamp", "-id")
+    episodes = episodes_for_owner(owner=owner)
+    total = episodes.count()
     if exclude_session_id:
-        candidates = candidates.exclude(session_ref=exclude_session_id)
+        episodes = episodes.exclude(session_ref=exclude_session_id)
+    candidates = matching(episodes, terms).order_by("-timestamp", "-id")[:SEARCH_WINDOW]
     scored = []
-    for episode in candidates[:SEARCH_WINDOW]:
-        score = term_frequency_score(terms, episode)
-        if score <= 0:
-            continue
+    for ranked in bm25(terms, ((e, e.search_tokens) for e in candidates), total):
+        score = ranked.score
         if recency:
-            age_days = max(0.0, (now - episode.timestamp).total_seconds() / 86400)
+            age_days = max(0.0, (now - ranked.item.timestamp).total_seconds() / 86400)
             score *= 1 + RECENCY_WEIGHT * math.pow(0.5, age_days / RECENCY_HALF_LIFE_DAYS)
-        scored.append(ScoredEpisode(episode=episode, score=score))
+        scored.append(ScoredEpisode(episode=ranked.item, score=score))
     scored.sort(key=lambda item: (-item.score, -item.episode.timestamp.timestamp()))
     return scored[:limit]
 

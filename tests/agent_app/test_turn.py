@@ -257,7 +257,7 @@ def test_each_tool_through_a_real_provider(owner, fakes):
     ]
     # Tools are offered with their schemas.
     offered = [t["function"]["name"] for t in openai.fake.requests[0].body["tools"]]
-    assert offered == ["memory_write", "procedure_write", "profile_update"]
+    assert offered == ["memory_write", "procedure_write", "profile_update", "memory_search"]
 
 
 def test_bad_tool_arguments_come_back_as_tool_errors(owner, fakes):

@@ -24,6 +24,7 @@ from ethan_site import queue
 from llm.tokens import estimate_tokens
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession
+from sessions_app.search import search_tokens
 
 
 def conversation(owner, *user_lines: str, channel="console", model="offline") -> ChatSession:
@@ -42,6 +43,7 @@ def episode(owner, summary, keywords, days_ago=0, session=None):
         session_ref=session.pk,
         summary=summary,
         keywords=keywords,
+        search_tokens=search_tokens(f"{summary} {' '.join(keywords)}"),
         turn_count=2,
         model="offline",
         timestamp=timezone.now() - timedelta(days=days_ago),
