@@ -42,7 +42,12 @@ class Hit:
 
 
 def memory_search(
-    *, owner: AbstractBaseUser, query: str, scope: str = "all", limit: int = 10
+    *,
+    owner: AbstractBaseUser,
+    query: str,
+    scope: str = "all",
+    limit: int = 10,
+    exclude_after: tuple[str, int] | None = None,
 ) -> list[Hit]:
     """Best first. With scope "all" each kind's scores are divided by that kind's best score
     (BM25 scores of different collections are not comparable), then merged."""
@@ -93,7 +98,9 @@ def memory_search(
                     r.item.created_at,
                     r.item.role,
                 )
-                for r in messages_search(owner=owner, query=query, limit=limit)
+                for r in messages_search(
+                    owner=owner, query=query, limit=limit, exclude_after=exclude_after
+                )
             ]
         )
     if len(groups) == 1:

@@ -162,11 +162,19 @@ def _memory_search(owner, session, message, arguments) -> str:
     limit = arguments.get("limit", 5)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
         raise ToolArgumentError("limit must be a whole number from 1 to 20")
+    # The current round is in the model's context already: search the rest of memory.
+    current = (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
     hits = memory_search(
         owner=owner,
         query=_text(arguments, "query"),
         scope=_text(arguments, "scope", required=False) or "all",
         limit=limit,
+        exclude_after=(session.pk, current) if current else None,
     )
     if not hits:
         return "ok: nothing in memory matches"

@@ -85,13 +85,17 @@ def _jieba():
     return jieba
 
 
-def tokenize(text: str) -> list[str]:
+def tokenize(text: str, *, search: bool = False) -> list[str]:
     """Words in order, repeats kept (for term frequency): Chinese segmented by jieba, English
-    lower-cased and lightly stemmed; stopwords, punctuation and numbers-only dropped."""
+    lower-cased and lightly stemmed; stopwords, punctuation and numbers-only dropped.
+
+    `search` uses jieba's search mode, which also yields the shorter words inside a long one
+    (美式咖啡 → 美式, 咖啡, 美式咖啡), so 咖啡店 in a question meets 美式咖啡 in a fact."""
     tokens: list[str] = []
     for index, part in enumerate(_TOKEN_SPLIT.split(text or "")):
         if index % 2:  # a run of Chinese characters
-            for word in _jieba().lcut(part):
+            cut = _jieba().lcut_for_search if search else _jieba().lcut
+            for word in cut(part):
                 if word not in CJK_STOPWORDS and _CJK_CHAR.search(word):
                     tokens.append(word)
         else:

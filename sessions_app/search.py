@@ -37,12 +37,12 @@ CANDIDATE_CAP = 5000
 def search_tokens(text: str) -> str:
     """What is stored in a row's search_tokens column: the tokens with a space on both sides,
     so a whole token is always ` token ` (LIKE-friendly)."""
-    tokens = tokenize(text)
+    tokens = tokenize(text, search=True)
     return f" {' '.join(tokens)} " if tokens else ""
 
 
 def query_terms(text: str) -> list[str]:
-    return list(dict.fromkeys(tokenize(text)))  # unique, in order
+    return list(dict.fromkeys(tokenize(text, search=True)))  # unique, in order
 
 
 def _tsquery(terms: list[str]) -> str:

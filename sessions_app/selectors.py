@@ -63,7 +63,12 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
 
 
 def messages_search(
-    *, owner: AbstractBaseUser, query: str, limit: int = 10, session_id: str | None = None
+    *,
+    owner: AbstractBaseUser,
+    query: str,
+    limit: int = 10,
+    session_id: str | None = None,
+    exclude_after: tuple[str, int] | None = None,
 ) -> list[Ranked]:
     """The owner's user and assistant messages ranked by BM25 against `query` (sessions_app.
     search); on PostgreSQL through the GIN index."""
@@ -71,6 +76,8 @@ def messages_search(
     messages = Message.objects.filter(session__owner=owner)
     if session_id:
         messages = messages.filter(session_id=session_id)
+    if exclude_after:  # (session id, seq): the current round, already in the model's context
+        messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
     # N for BM25: the owner's messages, summed from the sessions' counters (no table scan).
     total = sessions_for_owner(owner=owner).aggregate(n=Sum("last_seq"))["n"] or 0
     candidates = (

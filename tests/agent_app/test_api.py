@@ -160,3 +160,47 @@ def test_requests_are_throttled_per_user(api_for, owner, other_owner, monkeypatc
     assert [api.get("/api/facts").status_code for _ in range(3)] == [200, 200, 429]
     assert api_for(other_owner).get("/api/facts").status_code == 200  # each user has their own
     cache.clear()
+
+
+def test_search_endpoint_is_owner_scoped(api_for, owner, other_owner, make_session):
+    from memory_app.services import fact_write
+
+    mine = make_session(owner, "我们下个月去里斯本旅行", "好的")
+    make_session(other_owner, "里斯本的秘密计划", "嘘")
+    fact_write(
+        owner=owner,
+        content="用户的妹妹住在里斯本",
+        category="knowledge",
+        confidence=0.9,
+        source="api",
+    )
+    api = api_for(owner)
+    hits = api.get("/api/search", {"q": "里斯本", "scope": "all", "limit": 10}).json()
+    assert {(h["kind"], h["session_id"]) for h in hits} == {("message", mine.pk), ("fact", None)}
+    assert set(hits[0]) == {"kind", "id", "session_id", "seq", "content", "score", "created_at"}
+    messages = api.get("/api/search", {"q": "里斯本", "scope": "messages"}).json()
+    assert [(h["kind"], h["seq"]) for h in messages] == [("message", 1)]
+    assert api_for(other_owner).get("/api/search", {"q": "妹妹"}).json() == []
+    assert api.get("/api/search", {"q": "x", "scope": "everything"}).status_code == 400
+    assert api.get("/api/search").status_code == 400
+
+
+def test_memory_search_tool_through_a_provider(owner, other_owner, fakes, make_session):
+    from agent_app.services import turn_run
+
+    old = make_session(owner, "我的自行车是红色的", "记住了")
+    make_session(other_owner, "我的自行车是蓝色的", "好")
+    openai = fakes["openai"]
+    openai.fake.reply(
+        openai.fake.tool_calls(
+            ("s1", "memory_search", {"query": "自行车 颜色", "scope": "messages", "limit": 3})
+        )
+    )
+    openai.fake.reply(openai.text("你的自行车是红色的。"))
+    result = turn_run(
+        owner=owner, session=None, text="我之前说过我的自行车是什么颜色吗？", model="gpt-4o"
+    )
+    assert result.reply == "你的自行车是红色的。"
+    tool_result = result.session.messages.get(role="tool").content
+    assert tool_result.startswith(f"[message {old.pk} #1 ")
+    assert "我的自行车是红色的" in tool_result and "蓝色" not in tool_result
