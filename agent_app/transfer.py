@@ -32,7 +32,7 @@ from profile_app.markdown import ProfileParseError, parse, render
 from profile_app.models import ProfileSection
 from profile_app.services import profile_update
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import search_tokens
+from sessions_app.search import search_tokens, with_context
 
 SESSIONS_DB = "sessions.db"
 FACTS = "memory/facts.json"
@@ -371,11 +371,15 @@ def _import_sessions(owner, layout: Layout, report: ImportReport, progress) -> N
     done, total, batch, created = 0, layout.message_count, [], 0
     for session_id, rows in layout.messages.items():
         known = have.get(session_id) or 0
+        previous = ""  # the turn before, for contextual search tokens
         for seq, row in enumerate(rows, start=1):
             done += 1
             if seq <= known:
                 continue  # imported before: messages are matched by position
-            tokens = search_tokens(row["content"]) if row["role"] in ("user", "assistant") else ""
+            tokens = ""
+            if row["role"] in ("user", "assistant"):
+                tokens = with_context(search_tokens(row["content"]), previous)
+                previous = row["content"] or previous
             batch.append(Message(session_id=session_id, seq=seq, search_tokens=tokens, **row))
             if len(batch) >= BATCH:
                 Message.objects.bulk_create(batch)

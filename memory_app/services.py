@@ -12,7 +12,12 @@ from memory_app import selectors
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.normalize import content_key, normalize
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import search_tokens
+from sessions_app.search import search_tokens, with_context
+
+
+def fact_search_tokens(content: str, message: Message | None) -> str:
+    """A fact is found by its words and by those of the turn it was learnt from."""
+    return with_context(search_tokens(content), message.content if message else "")
 
 
 @transaction.atomic
@@ -37,7 +42,7 @@ def fact_write(
         owner=owner,
         content=content,
         content_key=content_key(content),
-        search_tokens=search_tokens(content),
+        search_tokens=fact_search_tokens(content, message),
         category=category,
         confidence=confidence,
         source=source,
@@ -117,7 +122,7 @@ def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> F
     old_content, old_confidence = fact.content, fact.confidence
     fact.content = " ".join(content.split())
     fact.content_key = content_key(fact.content)
-    fact.search_tokens = search_tokens(fact.content)
+    fact.search_tokens = fact_search_tokens(fact.content, fact.message)
     fact.confidence = rules.reinforced(old_confidence, confidence)
     fact.hit_count += 1
     fact.updated_at = timezone.now()
@@ -181,7 +186,7 @@ def fact_edit(
         if not normalize(fact.content):
             raise ValidationError({"content": "a fact needs words"})
         fact.content_key = content_key(fact.content)
-    fact.search_tokens = search_tokens(fact.content)
+    fact.search_tokens = fact_search_tokens(fact.content, fact.message)
     if category is not None:
         fact.category = category
     if confidence is not None:

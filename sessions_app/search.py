@@ -11,7 +11,7 @@ here over the candidates:
                idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
-with k1 = 1.2, b = 0.75, N the owner's number of documents of that kind, df counted over the
+with k1 = 1.2, b = 0.3, N the owner's number of documents of that kind, df counted over the
 candidates (exact unless the candidate cap was reached) and avgdl their mean length.
 """
 
@@ -29,7 +29,9 @@ from django.db.models.expressions import RawSQL
 
 from llm.text import tokenize
 
-K1, B = 1.2, 0.75
+# b is lower than the textbook 0.75: turns are short and their length says little about
+# relevance (measured on LoCoMo, docs/benchmarks.md).
+K1, B = 1.2, 0.3
 # Candidates ranked per search at most (the newest first when more match).
 CANDIDATE_CAP = 5000
 
@@ -39,6 +41,14 @@ def search_tokens(text: str) -> str:
     so a whole token is always ` token ` (LIKE-friendly)."""
     tokens = tokenize(text, search=True)
     return f" {' '.join(tokens)} " if tokens else ""
+
+
+def with_context(own: str, context: str) -> str:
+    """A row's search tokens followed by the tokens of what it answers or came from (the
+    previous turn for a message, the source message for a fact): a reply is found by the words
+    of the question, a fact by the words of the turn it was learnt from."""
+    extra = search_tokens(context).strip()
+    return f"{own}{extra} " if own and extra else (own or (f" {extra} " if extra else ""))
 
 
 def query_terms(text: str) -> list[str]:

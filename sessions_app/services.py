@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import search_tokens
+from sessions_app.search import search_tokens, with_context
 
 TITLE_LENGTH = 40
 ID_ATTEMPTS = 10
@@ -122,7 +122,18 @@ def message_append(
     ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
     if role in (Message.Role.USER, Message.Role.ASSISTANT):
-        message.search_tokens = search_tokens(content)
+        previous = (
+            Message.objects.filter(
+                session=session,
+                seq__lt=message.seq,
+                role__in=[Message.Role.USER, Message.Role.ASSISTANT],
+            )
+            .exclude(content="")
+            .order_by("-seq")
+            .values_list("content", flat=True)
+            .first()
+        )
+        message.search_tokens = with_context(search_tokens(content), previous or "")
     message.save(force_insert=True)
     session.last_seq = message.seq
     session.updated_at = now

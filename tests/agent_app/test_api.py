@@ -179,7 +179,8 @@ def test_search_endpoint_is_owner_scoped(api_for, owner, other_owner, make_sessi
     assert {(h["kind"], h["session_id"]) for h in hits} == {("message", mine.pk), ("fact", None)}
     assert set(hits[0]) == {"kind", "id", "session_id", "seq", "content", "score", "created_at"}
     messages = api.get("/api/search", {"q": "里斯本", "scope": "messages"}).json()
-    assert [(h["kind"], h["seq"]) for h in messages] == [("message", 1)]
+    # The reply is found too: a message is indexed with the turn before it.
+    assert [(h["kind"], h["seq"]) for h in messages] == [("message", 1), ("message", 2)]
     assert api_for(other_owner).get("/api/search", {"q": "妹妹"}).json() == []
     assert api.get("/api/search", {"q": "x", "scope": "everything"}).status_code == 400
     assert api.get("/api/search").status_code == 400

@@ -85,7 +85,8 @@ def test_message_and_fact_search_in_both_languages(owner, other_owner, store, ma
     make_session(owner, "今天的周报写完了", "辛苦了")
     make_session(other_owner, "里斯本的事情别告诉别人", "好")
     found = messages_search(owner=owner, query="里斯本 旅行", limit=5)
-    assert [(r.item.session_id, r.item.seq) for r in found] == [(trip.pk, 1)]
+    # The turn that says it, then the reply to it (indexed with the turn before it).
+    assert [(r.item.session_id, r.item.seq) for r in found] == [(trip.pk, 1), (trip.pk, 2)]
     english = messages_search(owner=owner, query="hotel in lisbon", limit=5)
     assert [(r.item.session_id, r.item.seq) for r in english] == [(trip.pk, 3)]
     assert [r.item.content for r in facts_search(owner=owner, query="咖啡")] == [
