@@ -371,15 +371,26 @@ def _import_sessions(owner, layout: Layout, report: ImportReport, progress) -> N
     done, total, batch, created = 0, layout.message_count, [], 0
     for session_id, rows in layout.messages.items():
         known = have.get(session_id) or 0
-        previous = ""  # the turn before, for contextual search tokens
+        # The turns around each message, for its contextual search tokens (as message_append
+        # builds them: the previous and the next user/assistant turn).
+        spoken = [
+            i for i, r in enumerate(rows) if r["role"] in ("user", "assistant") and r["content"]
+        ]
+        neighbours = {
+            i: (
+                rows[spoken[n - 1]]["content"] if n else "",
+                rows[spoken[n + 1]]["content"] if n + 1 < len(spoken) else "",
+            )
+            for n, i in enumerate(spoken)
+        }
         for seq, row in enumerate(rows, start=1):
             done += 1
             if seq <= known:
                 continue  # imported before: messages are matched by position
             tokens = ""
-            if row["role"] in ("user", "assistant"):
-                tokens = with_context(search_tokens(row["content"]), previous)
-                previous = row["content"] or previous
+            if seq - 1 in neighbours:
+                before, after = neighbours[seq - 1]
+                tokens = with_context(search_tokens(row["content"]), f"{before}\n{after}")
             batch.append(Message(session_id=session_id, seq=seq, search_tokens=tokens, **row))
             if len(batch) >= BATCH:
                 Message.objects.bulk_create(batch)

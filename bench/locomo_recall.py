@@ -105,22 +105,25 @@ def load_conversation(sample: dict[str, Any], index: int, observations: bool) ->
             updated_at=when,
             ended_at=when,
         )
-        rows, previous = [], ""
+        rows = []
+        texts = [turn_text(turn) for turn in turns]
         for seq, turn in enumerate(turns, start=1):
-            text = turn_text(turn)
+            text = texts[seq - 1]
             role = "user" if turn["speaker"] == user_name else "assistant"
+            # As message_append indexes them: the turn's words and its neighbours'.
+            around = (
+                f"{texts[seq - 2] if seq > 1 else ''}\n{texts[seq] if seq < len(texts) else ''}"
+            )
             rows.append(
                 Message(
                     session=session,
                     seq=seq,
                     role=role,
                     content=text,
-                    # As message_append indexes them: the turn's words and the previous turn's.
-                    search_tokens=with_context(search_tokens(text), previous),
+                    search_tokens=with_context(search_tokens(text), around),
                     created_at=when,
                 )
             )
-            previous = text
             loaded.turn_text[turn["dia_id"]] = text
             loaded.history_tokens += estimate_tokens(text)
         Message.objects.bulk_create(rows)

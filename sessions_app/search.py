@@ -44,11 +44,15 @@ def search_tokens(text: str) -> str:
 
 
 def with_context(own: str, context: str) -> str:
-    """A row's search tokens followed by the tokens of what it answers or came from (the
-    previous turn for a message, the source message for a fact): a reply is found by the words
-    of the question, a fact by the words of the turn it was learnt from."""
+    """A row's search tokens, twice, followed by the tokens of what is around it or where it
+    came from (the neighbouring turns for a message, the source message for a fact): a reply is
+    found by the words of the question, a fact by the words of the turn it was learnt from, and
+    a row's own words still count double, so the turn that says it ranks first."""
     extra = search_tokens(context).strip()
-    return f"{own}{extra} " if own and extra else (own or (f" {extra} " if extra else ""))
+    if not own:
+        return f" {extra} " if extra else ""
+    doubled = f"{own}{own.strip()} "
+    return f"{doubled}{extra} " if extra else doubled
 
 
 def query_terms(text: str) -> list[str]:

@@ -8,7 +8,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Exists, F, OuterRef, Value
+from django.db.models.functions import Concat
 from django.utils import timezone
 
 from sessions_app.ids import new_session_id
@@ -122,6 +123,8 @@ def message_append(
     ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
     if role in (Message.Role.USER, Message.Role.ASSISTANT):
+        # Search tokens carry the neighbouring turns (sessions_app.search.with_context): this
+        # message gets the previous turn's words, and the previous turn gets this one's.
         previous = (
             Message.objects.filter(
                 session=session,
@@ -130,10 +133,15 @@ def message_append(
             )
             .exclude(content="")
             .order_by("-seq")
-            .values_list("content", flat=True)
+            .values_list("pk", "content")
             .first()
         )
-        message.search_tokens = with_context(search_tokens(content), previous or "")
+        own = search_tokens(content)
+        message.search_tokens = with_context(own, previous[1] if previous else "")
+        if previous and own:
+            Message.objects.filter(pk=previous[0]).update(
+                search_tokens=Concat(F("search_tokens"), Value(own.lstrip()))
+            )
     message.save(force_insert=True)
     session.last_seq = message.seq
     session.updated_at = now

@@ -253,9 +253,10 @@ def test_local_user_is_created_once_without_a_password(db, settings):
 def test_append_queries_are_constant(owner, make_session, django_assert_num_queries):
     session = make_session(owner, "first", "second")
     # The test's own transaction makes atomic a savepoint: SAVEPOINT, UPDATE the counter,
-    # SELECT it back, the previous turn (for search tokens), INSERT the message, RELEASE.
+    # SELECT it back, the previous turn and UPDATE its search tokens, INSERT the message,
+    # RELEASE.
     # The same however long the session is.
-    with django_assert_num_queries(6):
+    with django_assert_num_queries(7):
         services.message_append(session=session, role="user", content="third")
 
 
