@@ -2,10 +2,10 @@
 for Chinese, lower-cased, stopword-free, lightly stemmed English).
 
 Each searchable row (a message, a fact, an episode) keeps its tokens in `search_tokens`, written
-with the row. Finding candidates uses an index where the database has one: on PostgreSQL a GIN
-index over `to_tsvector('simple', search_tokens)` (the tokens are ours; 'simple' only splits
-them), on SQLite a LIKE per term (one person's laptop-sized history). Ranking is BM25, computed
-here over the candidates:
+with the row. Finding candidates uses an index: on PostgreSQL a GIN index over
+`to_tsvector('simple', search_tokens)` (the tokens are ours; 'simple' only splits them), on
+SQLite an FTS5 table over the same column, kept in step by triggers (search_migrations). Ranking is BM25, computed
+here over the candidates (SQLite: an FTS5 index kept by triggers, see search_migrations):
 
     score(d) = sum over query terms t of
                idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
@@ -32,8 +32,10 @@ from llm.text import tokenize
 # b is lower than the textbook 0.75: turns are short and their length says little about
 # relevance (measured on LoCoMo, docs/benchmarks.md).
 K1, B = 1.2, 0.3
-# Candidates ranked per search at most (the newest first when more match).
-CANDIDATE_CAP = 5000
+# Candidates ranked per search at most (the newest first when more match): a word found in
+# tens of thousands of messages says little, and ranking them all in Python would cost more
+# than the index saves.
+CANDIDATE_CAP = 1000
 
 
 def search_tokens(text: str) -> str:
@@ -75,6 +77,12 @@ def matching(queryset: QuerySet, terms: list[str]) -> QuerySet:
                 [_tsquery(terms)],
                 output_field=BooleanField(),
             )
+        )
+    if connection.vendor == "sqlite":
+        table = queryset.model._meta.db_table
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        return queryset.filter(
+            pk__in=RawSQL(f"SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH %s", [match])
         )
     condition = Q()
     for term in terms:

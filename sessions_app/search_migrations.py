@@ -43,3 +43,37 @@ def gin_index(table: str, name: str):
             schema_editor.execute(f'DROP INDEX IF EXISTS "{name}"')
 
     return create, drop
+
+
+def fts5_index(table: str):
+    """RunPython functions creating and dropping, on SQLite only, an FTS5 index of a table's
+    search_tokens (external content, kept in step by triggers), so search does not scan."""
+    fts = f"{table}_fts"
+
+    def create(apps, schema_editor):
+        if schema_editor.connection.vendor != "sqlite":
+            return
+        for statement in (
+            f"CREATE VIRTUAL TABLE IF NOT EXISTS {fts} USING fts5(search_tokens, "
+            f"content='{table}', content_rowid='id')",
+            f"CREATE TRIGGER IF NOT EXISTS {fts}_ai AFTER INSERT ON {table} BEGIN "
+            f"INSERT INTO {fts}(rowid, search_tokens) VALUES (new.id, new.search_tokens); END",
+            f"CREATE TRIGGER IF NOT EXISTS {fts}_ad AFTER DELETE ON {table} BEGIN "
+            f"INSERT INTO {fts}({fts}, rowid, search_tokens) "
+            f"VALUES ('delete', old.id, old.search_tokens); END",
+            f"CREATE TRIGGER IF NOT EXISTS {fts}_au AFTER UPDATE OF search_tokens ON {table} "
+            f"BEGIN INSERT INTO {fts}({fts}, rowid, search_tokens) "
+            f"VALUES ('delete', old.id, old.search_tokens); "
+            f"INSERT INTO {fts}(rowid, search_tokens) VALUES (new.id, new.search_tokens); END",
+            f"INSERT INTO {fts}({fts}) VALUES ('rebuild')",
+        ):
+            schema_editor.execute(statement)
+
+    def drop(apps, schema_editor):
+        if schema_editor.connection.vendor != "sqlite":
+            return
+        for name in ("ai", "ad", "au"):
+            schema_editor.execute(f"DROP TRIGGER IF EXISTS {fts}_{name}")
+        schema_editor.execute(f"DROP TABLE IF EXISTS {fts}")
+
+    return create, drop
