@@ -4,8 +4,8 @@ for Chinese, lower-cased, stopword-free, lightly stemmed English).
 Each searchable row (a message, a fact, an episode) keeps its tokens in `search_tokens`, written
 with the row. Finding candidates uses an index: on PostgreSQL a GIN index over
 `to_tsvector('simple', search_tokens)` (the tokens are ours; 'simple' only splits them), on
-SQLite an FTS5 table over the same column, kept in step by triggers (search_migrations). Ranking is BM25, computed
-here over the candidates (SQLite: an FTS5 index kept by triggers, see search_migrations):
+SQLite an FTS5 table over the same column, kept in step by triggers (search_migrations).
+Ranking is BM25, computed here over the candidates:
 
     score(d) = sum over query terms t of
                idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
