@@ -37,7 +37,22 @@ def enqueue(task: Task, *args: Any) -> None:
     if settings.ETHAN_EMBEDDED:
         transaction.on_commit(lambda: _pending().append((task, args)))
     else:
-        transaction.on_commit(lambda: task.apply_async(args=args))
+        transaction.on_commit(lambda: _send(task, args))
+
+
+def _send(task: Task, args: tuple[Any, ...]) -> None:
+    """Publish to the broker. With the broker down, the person still gets their reply: the
+    failure is logged and the work is picked up later (the next turn of that session enqueues
+    its consolidation again, and the `memory.catch_up` sweep finds sessions left behind)."""
+    try:
+        task.apply_async(args=args)
+    except Exception as exc:  # kombu/redis connection errors vary by transport and version
+        log.warning(
+            "broker unavailable, %s%r left for the catch-up sweep: %s",
+            task.name,
+            args,
+            type(exc).__name__,
+        )
 
 
 def run_deferred() -> int:

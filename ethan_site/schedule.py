@@ -26,6 +26,8 @@ PERIODIC_TASKS = [
     ),
     # API and Lark sessions have no "exit": idle ones are closed (and get their episode).
     Periodic(name="sessions: close idle sessions", task="sessions.close_idle", every_seconds=300),
+    # Consolidation that a broker outage left undone.
+    Periodic(name="memory: catch up consolidation", task="memory.catch_up", every_seconds=600),
     # Owners over the fact capacity (a lowered setting, an import) are brought back under it.
     Periodic(name="memory: eviction sweep", task="memory.evict_sweep", every_seconds=3600),
 ]

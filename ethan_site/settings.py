@@ -277,6 +277,14 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     ),
 }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Publishing happens after the reply is written: with Redis down, give up within about a second
+# (the work is caught up later) rather than hold the person's answer.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
 # Memory work and channel replies on separate queues, so a backlog of consolidation never
 # delays a Lark answer. Workers listen on both unless told otherwise (-Q).
 CELERY_TASK_DEFAULT_QUEUE = "memory"
