@@ -16,9 +16,8 @@ from typing import TextIO
 from django.contrib.auth.models import AbstractBaseUser
 
 import llm
-from agent_app.services import TurnInputError, TurnResult
-from agent_app.tasks import write_episode
-from ethan_site.queue import enqueue, run_deferred
+from agent_app.services import TurnInputError, TurnResult, session_finish
+from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
 from sessions_app.errors import SessionError
 from sessions_app.models import ChatSession, Message
@@ -127,9 +126,7 @@ class Console:
     def _leave_session(self) -> None:
         """The session is over for now (exit, /new, /resume): mark it ended and, after the
         reply, write its episode (sessions with fewer than two rounds get none)."""
-        services.session_end(session=self.session)
-        if self.session.is_persisted:
-            enqueue(write_episode, self.session.pk)
+        session_finish(session=self.session)
 
     def run(self) -> None:
         if not self.session.is_persisted:

@@ -41,6 +41,16 @@ class TurnResult:
     offline: bool
 
 
+def session_finish(*, session: ChatSession) -> None:
+    """A session is over for now (console exit, /new, a chat gone idle): mark it ended and,
+    after the commit, write its episode (sessions under two rounds get none)."""
+    from agent_app.tasks import write_episode
+
+    session_services.session_end(session=session)
+    if session.is_persisted:
+        enqueue(write_episode, session.pk)
+
+
 def last_user_message(session: ChatSession, skip: int = 0) -> str:
     """The session's latest user message (`skip` = 1: the one before it)."""
     if not session.is_persisted:

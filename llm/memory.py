@@ -7,7 +7,6 @@ conversation gives Chinese summaries and facts.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,7 +178,3 @@ def fold(*, model: str, rolling: str, summaries: list[str], max_tokens: int = 60
         messages=[Message.user("\n\n".join(parts))],
     )
     return completion.text.strip()
-
-
-def schema_text(schema: dict[str, Any]) -> str:
-    return json.dumps(schema, ensure_ascii=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from llm.tokens import is_chinese
@@ -76,6 +77,7 @@ _CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
 _TOKEN_SPLIT = re.compile(r"([\u4e00-\u9fff]+)")
 
 
+@functools.cache
 def _jieba():
     import logging
 

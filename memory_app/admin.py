@@ -232,37 +232,25 @@ class ProcedureAdmin(admin.ModelAdmin):
         obj.pk = procedure.pk
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Written by the consolidator only: the admin shows them."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [field.name for field in self.model._meta.fields]
+
+
 @admin.register(Summary)
-class SummaryAdmin(admin.ModelAdmin):
+class SummaryAdmin(ReadOnlyAdmin):
     list_display = ["session", "first_round", "last_round", "model", "folded", "created_at"]
     list_filter = ["folded", "model"]
     search_fields = ["session__id", "text"]
     raw_id_fields = ["session"]
-    readonly_fields = [
-        "session",
-        "first_round",
-        "last_round",
-        "text",
-        "model",
-        "folded",
-        "created_at",
-    ]
-
-    def has_add_permission(self, request) -> bool:
-        return False
 
 
 @admin.register(WorkingState)
-class WorkingStateAdmin(admin.ModelAdmin):
+class WorkingStateAdmin(ReadOnlyAdmin):
     list_display = ["session", "compressed_through", "extracted_through", "updated_at"]
     search_fields = ["session__id"]
-    readonly_fields = [
-        "session",
-        "compressed_through",
-        "extracted_through",
-        "rolling_summary",
-        "updated_at",
-    ]
-
-    def has_add_permission(self, request) -> bool:
-        return False

@@ -14,9 +14,7 @@ import llm
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from agent_app.services import TurnInputError, turn_run
-from ethan_site.queue import enqueue
-from sessions_app import services as session_services
+from agent_app.services import TurnInputError, session_finish, turn_run
 from sessions_app.models import ChatSession
 
 log = logging.getLogger(__name__)
@@ -63,8 +61,6 @@ def chat_session(*, user, chat_id: str) -> ChatSession | None:
     """The session this chat continues, or None for a new one: a chat keeps its session until
     it has been idle for ETHAN_SESSION_IDLE_MINUTES; the old one is then ended (its episode
     written) and the next message starts afresh."""
-    from agent_app.tasks import write_episode
-
     link, _ = ChannelChat.objects.get_or_create(channel=LARK, chat_id=chat_id, user=user)
     session = link.session
     if session is None:
@@ -72,8 +68,7 @@ def chat_session(*, user, chat_id: str) -> ChatSession | None:
     idle = timezone.now() - timedelta(minutes=settings.ETHAN_SESSION_IDLE_MINUTES)
     if session.ended_at is None and session.updated_at >= idle:
         return session
-    session_services.session_end(session=session)
-    enqueue(write_episode, session.pk)
+    session_finish(session=session)
     return None
 
 

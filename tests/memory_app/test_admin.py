@@ -121,3 +121,22 @@ def test_a_bad_merge_is_undone_from_the_admin(admin_client, owner):
     )
     assert ProfileSection.objects.get(owner=owner, key="basic").content == "- 名字：张三"
     assert ProfileRevision.objects.latest("id").actor == f"admin:admin (undo #{bad.pk})"
+
+
+def test_summaries_and_working_states_are_read_only(admin_client, owner, make_session):
+    from memory_app.models import Summary, WorkingState
+
+    session = make_session(owner, "hello", "hi")
+    summary = Summary.objects.create(
+        session=session, first_round=1, last_round=1, text="s", model="offline"
+    )
+    WorkingState.objects.create(session=session, compressed_through=1)
+    for url in (
+        "/admin/memory_app/summary/",
+        f"/admin/memory_app/summary/{summary.pk}/change/",
+        f"/admin/memory_app/workingstate/{session.pk}/change/",
+    ):
+        assert admin_client.get(url).status_code == 200, url
+    assert admin_client.get("/admin/memory_app/summary/add/").status_code == 403
+    page = admin_client.get(f"/admin/memory_app/summary/{summary.pk}/change/").text
+    assert 'name="text"' not in page  # shown, not editable
