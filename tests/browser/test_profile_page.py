@@ -17,6 +17,17 @@ from profile_app.services import profile_update
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
+def click_and_wait_for_the_next_page(browser, element_id: str) -> None:
+    """Click, then wait until the old page is gone: reading right away can find the previous
+    page's elements (and they go stale under the test)."""
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old_page = browser.find_element(By.TAG_NAME, "html")
+    browser.find_element(By.ID, element_id).click()
+    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(old_page))
+
+
 def set_editor(browser, text: str) -> None:
     browser.execute_script("document.getElementById('markdown').value = arguments[0];", text)
 
@@ -31,7 +42,7 @@ def test_profile_page_in_chromium(browser, live_server, tmp_path):
     assert "/accounts/login/" in browser.current_url  # login required
     browser.find_element(By.ID, "id_username").send_keys("ada")
     browser.find_element(By.ID, "id_password").send_keys("a-long-pass-phrase")
-    browser.find_element(By.ID, "login").click()
+    click_and_wait_for_the_next_page(browser, "login")
 
     rendered = browser.find_element(By.ID, "rendered")
     headings = [h.text for h in rendered.find_elements(By.TAG_NAME, "h2")]
@@ -52,7 +63,7 @@ def test_profile_page_in_chromium(browser, live_server, tmp_path):
         "## 目标与方向", "## 目标与方向\n\n- 2026 年底前完成独立产品上线\n- 每周跑步三次"
     )
     set_editor(browser, edited)
-    browser.find_element(By.ID, "save").click()
+    click_and_wait_for_the_next_page(browser, "save")
     assert "已保存 / Saved." in browser.find_element(By.CLASS_NAME, "messages").text
     assert "2026 年底前完成独立产品上线" in browser.find_element(By.ID, "rendered").text
     assert ProfileSection.objects.get(owner=user, key="goals").content == (
@@ -67,7 +78,7 @@ def test_profile_page_in_chromium(browser, live_server, tmp_path):
 
     invalid = edited + "\n## goals\n\n- a second goals section\n"
     set_editor(browser, invalid)
-    browser.find_element(By.ID, "save").click()
+    click_and_wait_for_the_next_page(browser, "save")
     error = browser.find_element(By.CLASS_NAME, "messages").text
     assert "没有保存 / Not saved: section 目标与方向 appears twice" in error
     assert browser.find_element(By.ID, "markdown").get_attribute("value") == invalid.replace(
