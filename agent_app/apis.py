@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
+from django.db import DatabaseError
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -18,6 +21,8 @@ from memory_app.working import build_context
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
+
+log = logging.getLogger(__name__)
 
 
 class ModeField(serializers.CharField):
@@ -99,15 +104,36 @@ class ChatApi(APIView):
             # The message is stored: the client can retry on the session it names.
             unavailable = isinstance(exc, llm.ModelUnavailable)
             stored = getattr(exc, "session", None)
+            detail = (
+                f"the model is unavailable right now ({exc}); your message is stored: "
+                "retry on this session"
+                if unavailable
+                else f"the model could not answer ({exc}); your message is stored"
+            )
             return Response(
                 {
-                    "detail": str(exc),
+                    "detail": detail,
                     "session_id": stored.pk if stored else None,
                     "retryable": unavailable,
                 },
                 status=status.HTTP_503_SERVICE_UNAVAILABLE
                 if unavailable
                 else status.HTTP_502_BAD_GATEWAY,
+            )
+        except DatabaseError as exc:
+            # A JSON answer, not Django's HTML 500: the client learns whether its message was
+            # kept (turn_run attaches the session once it is) and that it may retry.
+            log.error("database error during a turn: %s", type(exc).__name__)
+            stored = getattr(exc, "session", None)
+            detail = (
+                "a database error interrupted the reply; your message is stored and the "
+                "step it interrupted was not kept: retry on this session"
+                if stored
+                else "the database is unavailable; nothing was stored: retry later"
+            )
+            return Response(
+                {"detail": detail, "session_id": stored.pk if stored else None, "retryable": True},
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
             )
         return Response(
             {

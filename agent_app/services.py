@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import DatabaseError, transaction
 
 import llm
 from agent_app.modes import mode_parse
@@ -118,7 +119,9 @@ def turn_run(
 ) -> TurnResult:
     """One turn. The user message is stored (and committed) before the model is called, so a
     failing model (llm.ModelError, raised as it is) loses nothing and the caller can retry.
-    Every assistant step and tool result is stored as it happens."""
+    What the model answers is stored step by step as it happens, each step whole or not at
+    all; a database error (raised as it is) leaves the message and every finished step, and
+    nothing of the step it interrupted. Either error carries the session in `.session`."""
     if not model and not (session and session.model):
         model = owner_model(owner)  # the person's own default (their imported config.yaml)
     text, mode, path, model = turn_prepare(
@@ -131,7 +134,19 @@ def turn_run(
     elif session.model != model and session.is_persisted:
         session_services.session_set_model(session=session, model=model)
     session_services.message_append(session=session, role=Message.Role.USER, content=text)
+    try:
+        return _turn_answer(
+            owner=owner, session=session, text=text, mode=mode, path=path, model=model
+        )
+    except DatabaseError as exc:
+        exc.session = session  # the message is committed: the caller can say where it is
+        raise
 
+
+def _turn_answer(
+    *, owner: AbstractBaseUser, session: ChatSession, text: str, mode: str, path: str, model: str
+) -> TurnResult:
+    """The model's side of a turn whose user message is stored: prompt, context, tool loop."""
     path_settings = SETTINGS[path]
     system = build_system(
         owner=owner,
@@ -160,6 +175,9 @@ def turn_run(
             )
         except llm.ModelError as exc:
             exc.session = session  # the stored message's session, for the caller's retry
+            # The stored message still counts as a round: consolidation may be due, and if the
+            # compression model is down too, the task's retries catch up once it is back.
+            enqueue(consolidate_session, session.pk)
             raise
         input_tokens += completion.usage.input_tokens
         output_tokens += completion.usage.output_tokens
@@ -170,20 +188,11 @@ def turn_run(
                 session=session, role=Message.Role.ASSISTANT, content=reply
             )
             break
-        assistant = session_services.message_append(
-            session=session,
-            role=Message.Role.ASSISTANT,
-            content=completion.text,
-            tool_calls=[call.to_json() for call in completion.tool_calls],
-        )
+        results = _tool_step_write(owner=owner, session=session, completion=completion)
         context.append(completion.as_message())
-        for call in completion.tool_calls:
-            result = _run_tool_logged(owner=owner, session=session, message=assistant, call=call)
-            session_services.message_append(
-                session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
-            )
+        for call, result in zip(completion.tool_calls, results, strict=True):
             context.append(llm.Message.tool(call.id, result, name=call.name))
-            tool_count += 1
+        tool_count += len(results)
     # Consolidation runs after the reply: on a worker once this commits, or in-process after
     # the reply has been delivered (embedded mode).
     enqueue(consolidate_session, session.pk)
@@ -198,6 +207,31 @@ def turn_run(
         tool_calls=tool_count,
         offline=offline,
     )
+
+
+@transaction.atomic
+def _tool_step_write(
+    *, owner: AbstractBaseUser, session: ChatSession, completion: llm.Completion
+) -> list[str]:
+    """Store one tool step whole or not at all: the assistant message with its tool calls,
+    what the tools wrote (facts, procedures, profile) and their results. A database error
+    half-way leaves no call without its result (which no provider would accept back) and no
+    fact pointing at a message that is not there. The model call stays outside: no
+    transaction is held open while a model thinks."""
+    assistant = session_services.message_append(
+        session=session,
+        role=Message.Role.ASSISTANT,
+        content=completion.text,
+        tool_calls=[call.to_json() for call in completion.tool_calls],
+    )
+    results = []
+    for call in completion.tool_calls:
+        result = _run_tool_logged(owner=owner, session=session, message=assistant, call=call)
+        session_services.message_append(
+            session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
+        )
+        results.append(result)
+    return results
 
 
 def _run_tool_logged(*, owner, session: ChatSession, message: Message, call: ToolCall) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded
+from tests.fakes.base import FakeServer, ProtocolError, Recorded, Reply
 
 
 class FakeOpenAI(FakeServer):
@@ -98,3 +98,39 @@ class FakeOpenAI(FakeServer):
                 "param": None,
             }
         }
+
+
+class MiniModel:
+    """The OpenAI fake's answers: gpt-4o chats, gpt-4o-mini (the routed compression model)
+    summarises, extracts and folds. Counts what it was asked."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, recorded):
+        body = recorded.body
+        system = body["messages"][0]["content"]
+        if body["model"] == "gpt-4o":
+            return Reply(body=FakeOpenAI.text(f"好的{len(self.calls)}"))
+        if "compress a conversation" in system:
+            kind, text = "summarize", f"摘要{self.calls.count('summarize') + 1}"
+        elif "extract long-term memories" in system:
+            kind = "extract"
+            text = json.dumps(
+                {
+                    "facts": [
+                        {"content": "用户是后端工程师", "category": "knowledge", "importance": 0.8},
+                        {
+                            "content": "用户更喜欢简短的回答",
+                            "category": "preference",
+                            "importance": 0.9,
+                        },
+                    ]
+                },
+                ensure_ascii=False,
+            )
+        else:
+            assert "running summary" in system
+            kind, text = "fold", "滚动摘要"
+        self.calls.append(kind)
+        return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})

@@ -17,7 +17,7 @@ from memory_app.working import MemoryConfig
 from profile_app.models import ProfileSection
 from sessions_app import services as session_services
 from tests.fakes.base import Reply
-from tests.fakes.openai_fake import FakeOpenAI
+from tests.fakes.openai_fake import FakeOpenAI, MiniModel
 
 pytestmark = pytest.mark.django_db
 
@@ -26,42 +26,6 @@ def round_text(n: int) -> str:
     return {1: "我是后端工程师，住在杭州。", 3: "我更喜欢简短的回答。"}.get(
         n, f"我们聊第{n}个话题。"
     )
-
-
-class MiniModel:
-    """The OpenAI fake's answers: gpt-4o chats, gpt-4o-mini (the routed compression model)
-    summarises, extracts and folds. Counts what it was asked."""
-
-    def __init__(self):
-        self.calls: list[str] = []
-
-    def __call__(self, recorded):
-        body = recorded.body
-        system = body["messages"][0]["content"]
-        if body["model"] == "gpt-4o":
-            return Reply(body=FakeOpenAI.text(f"好的{len(self.calls)}"))
-        if "compress a conversation" in system:
-            kind, text = "summarize", f"摘要{self.calls.count('summarize') + 1}"
-        elif "extract long-term memories" in system:
-            kind = "extract"
-            text = json.dumps(
-                {
-                    "facts": [
-                        {"content": "用户是后端工程师", "category": "knowledge", "importance": 0.8},
-                        {
-                            "content": "用户更喜欢简短的回答",
-                            "category": "preference",
-                            "importance": 0.9,
-                        },
-                    ]
-                },
-                ensure_ascii=False,
-            )
-        else:
-            assert "running summary" in system
-            kind, text = "fold", "滚动摘要"
-        self.calls.append(kind)
-        return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})
 
 
 def test_context_shape_and_compression_calls_over_31_rounds(

@@ -1,5 +1,6 @@
 """Consolidation on real Celery workers, Redis and PostgreSQL: turns consolidated in the
-background, two workers racing on one session, and a worker killed in the middle of a task."""
+background, two workers racing on one session, and a worker killed in the middle of a task
+(while summarising, and while extracting facts)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 
 from agent_app.services import turn_run
 from ethan_site import queue
-from memory_app.models import Summary, WorkingState
+from memory_app.models import Fact, FactEvent, Summary, WorkingState
 from memory_app.tasks import consolidate_session
 from sessions_app import services as session_services
 from tests.fakes.base import Reply
-from tests.fakes.openai_fake import FakeOpenAI
+from tests.fakes.openai_fake import FakeOpenAI, MiniModel
 from tests.services.conftest import wait_for
 
 SMALL = {
@@ -117,3 +118,87 @@ def test_a_worker_killed_mid_task_is_redelivered_without_duplicates(workers, own
         .order_by("first_round")
         .values_list("first_round", "last_round")
     ) == [(1, 1), (2, 2)]
+
+
+class ExtractionHangs(MiniModel):
+    """MiniModel whose first extraction never comes back in time: the worker asking is killed
+    while it waits, after it has stored its summaries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hung = False
+
+    def __call__(self, recorded):
+        system = recorded.body["messages"][0]["content"]
+        if "extract long-term memories" in system and not self.hung:
+            self.hung = True
+            self.calls.append("extract (hung)")
+            return Reply(body=FakeOpenAI.text('{"facts": []}'), delay=60)
+        return super().__call__(recorded)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_extraction_leaves_one_summary_per_batch_and_no_duplicate_facts(
+    workers, owner, settings
+):
+    # This process runs the same settings as the workers, for the redelivery at the end.
+    settings.ETHAN_MEMORY_HOT_SIZE = settings.ETHAN_MEMORY_COMPRESS_BATCH = 1
+    settings.ETHAN_MEMORY_WARM_CAPACITY = 2
+    fake = FakeOpenAI()
+    model = fake.responder = ExtractionHangs()
+    env = {
+        **SMALL,
+        "ETHAN_MEMORY_WARM_CAPACITY": "2",  # rounds 1-2 summarised, then extracted into facts
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": f"{fake.url}/v1",
+        "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
+        "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3",
+    }
+    try:
+        session = _session_with_rounds(owner, 3)
+        first = workers.start("doomed", pool="prefork", **env)
+        consolidate_session.delay(session.pk)
+        assert wait_for(lambda: model.hung, timeout=30), first.log_path.read_text()[-3000:]
+        workers.crash(first)
+        # It died holding the extraction: its summaries are stored, no fact is.
+        stored = Summary.objects.order_by("first_round")
+        assert list(stored.values_list("first_round", "last_round", "folded")) == [
+            (1, 1, False),
+            (2, 2, False),
+        ]
+        assert not Fact.objects.exists()
+
+        time.sleep(4)  # past the visibility timeout: a new worker takes the task back
+        survivor = workers.start("survivor", pool="prefork", **env)
+        assert wait_for(
+            lambda: WorkingState.objects.filter(session=session, extracted_through=2).exists(),
+            timeout=90,
+        ), survivor.log_path.read_text()[-3000:]
+
+        summaries = Summary.objects.filter(session=session).order_by("first_round")
+        assert list(summaries.values_list("first_round", "last_round", "folded")) == [
+            (1, 1, True),
+            (2, 2, True),
+        ]
+        assert sorted(Fact.objects.values_list("content", "hit_count")) == [
+            ("用户是后端工程师", 1),
+            ("用户更喜欢简短的回答", 1),
+        ]
+        assert list(FactEvent.objects.values_list("event", flat=True)) == [
+            FactEvent.Kind.ADD,
+            FactEvent.Kind.ADD,
+        ]
+        # The survivor found the summaries done and only redid the extraction.
+        assert model.calls == ["summarize", "summarize", "extract (hung)", "extract", "fold"]
+
+        # Delivered once more (a crash after the commit, before the acknowledgement): the
+        # moved cursors make it a no-op.
+        assert consolidate_session.apply(args=[session.pk]).get() == {
+            "summaries": 0,
+            "extractions": 0,
+            "facts": [],
+            "evicted": 0,
+        }
+        assert Fact.objects.count() == 2 and Summary.objects.count() == 2
+    finally:
+        fake.close()
