@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import DatabaseError
 
 import llm
 from agent_app.services import TurnInputError, TurnResult, session_finish
@@ -165,10 +166,14 @@ class Console:
             # Ctrl-C during the model call: the call is abandoned, the message is kept.
             self.say(f"(cancelled; your message is saved in {self.session.id})")
             return
-        except (TurnInputError, llm.ModelError) as exc:
-            self.say(f"Error: {exc}")
-            if self.session.is_persisted:
-                self.say(f"(your message is saved in {self.session.id})")
+        except (TurnInputError, llm.ModelError, DatabaseError) as exc:
+            # A database error is named in one line, not dumped: the console stays open.
+            prefix = "Error: the database failed: " if isinstance(exc, DatabaseError) else "Error: "
+            first_line = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+            self.say(f"{prefix}{first_line}")
+            stored = getattr(exc, "session", None)  # set once the message is committed
+            if stored is not None:
+                self.say(f"(your message is saved in {stored.id})")
             return
         self.session = result.session
         if result.reply:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 
 from sessions_app import services
 from sessions_app.models import ChatSession, Message
@@ -101,3 +102,37 @@ def api_for(db):
         return client
 
     return make
+
+
+@pytest.fixture
+def tool_results_refused():
+    """The database refuses to store a tool result (a trigger raising, as a full disk or a
+    broken constraint would): a real database error in the middle of a tool step, after the
+    tool itself has written its fact. Call it to lift the fault. SQLite and PostgreSQL."""
+    if connection.vendor == "postgresql":
+        install = [
+            "CREATE FUNCTION ethan_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'the disk is full'; END $$",
+            "CREATE TRIGGER ethan_test_refuse BEFORE INSERT ON sessions_app_message "
+            "FOR EACH ROW WHEN (NEW.role = 'tool') EXECUTE FUNCTION ethan_test_refuse()",
+        ]
+        remove = [
+            "DROP TRIGGER IF EXISTS ethan_test_refuse ON sessions_app_message",
+            "DROP FUNCTION IF EXISTS ethan_test_refuse()",
+        ]
+    else:
+        install = [
+            "CREATE TRIGGER ethan_test_refuse BEFORE INSERT ON sessions_app_message "
+            "WHEN NEW.role = 'tool' BEGIN SELECT RAISE(ABORT, 'the disk is full'); END"
+        ]
+        remove = ["DROP TRIGGER IF EXISTS ethan_test_refuse"]
+
+    def run(statements: list[str]) -> None:
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+
+    run(remove)
+    run(install)
+    yield lambda: run(remove)
+    run(remove)  # a trigger outlives a transactional test's flush: it must go

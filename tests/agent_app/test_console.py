@@ -122,3 +122,20 @@ def test_a_failing_model_keeps_the_message_and_the_console_goes_on(owner, fakes)
         ("user", "second try"),
         ("assistant", "back again"),
     ]
+
+
+def test_a_database_error_mid_turn_is_one_line_and_keeps_only_the_message(
+    owner, llm_config, tool_results_refused
+):
+    out = chat("--user", "ada", stdin="记住我喜欢喝美式咖啡\nhello\n")
+    session = ChatSession.objects.get()
+    lines = out.splitlines()
+    assert "Error: the database failed: the disk is full" in lines
+    assert f"(your message is saved in {session.id})" in lines
+    # The console went on; the tool step the error interrupted left nothing behind.
+    assert list(session.messages.values_list("seq", "role", "content")) == [
+        (1, "user", "记住我喜欢喝美式咖啡"),
+        (2, "user", "hello"),
+        (3, "assistant", "Hi! I'm Ethan (offline mode)."),
+    ]
+    assert not Fact.objects.exists()

@@ -241,34 +241,9 @@ def test_model_unavailable_for_a_while_stores_every_message_answers_503_and_catc
     assert ChatSession.objects.get(pk=session_id).round_count == 4
 
 
-@pytest.fixture
-def tool_results_refused(services_ready):
-    """PostgreSQL refuses to store a tool result (a trigger raising, as a full disk or a
-    broken constraint would): a real database error in the middle of a tool step, after the
-    tool itself has written its fact. Call it to lift the fault."""
-    statements = [
-        "CREATE FUNCTION ethan_test_refuse() RETURNS trigger LANGUAGE plpgsql AS "
-        "$$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$",
-        "CREATE TRIGGER ethan_test_refuse BEFORE INSERT ON sessions_app_message "
-        "FOR EACH ROW WHEN (NEW.role = 'tool') EXECUTE FUNCTION ethan_test_refuse()",
-    ]
-
-    def lift() -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER IF EXISTS ethan_test_refuse ON sessions_app_message")
-            cursor.execute("DROP FUNCTION IF EXISTS ethan_test_refuse()")
-
-    lift()
-    with connection.cursor() as cursor:
-        for statement in statements:
-            cursor.execute(statement)
-    yield lift
-    lift()  # the trigger outlives the test's flush: it must go
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_database_error_in_a_tool_step_keeps_the_message_and_nothing_of_the_step(
-    tool_results_refused, api_for, owner, llm_config
+    services_ready, tool_results_refused, api_for, owner, llm_config
 ):
     api = api_for(owner)
     said = "记住我喜欢喝美式咖啡"
