@@ -57,6 +57,29 @@ def message_event(
     }
 
 
+def signed_delivery(
+    payload: dict,
+    *,
+    encrypted: bool = True,
+    stamp: int | None = None,
+    bad_signature: bool = False,
+) -> tuple[bytes, dict[str, str]]:
+    """The raw body and the headers Lark sends: encrypted with the Encrypt Key and signed
+    (shared by the tests and bench/lark_ack.py, which posts over real HTTP)."""
+    body = json.dumps({"encrypt": encrypt(payload, KEY)} if encrypted else payload).encode()
+    stamp_text = str(int(time.time()) if stamp is None else stamp)
+    nonce = secrets.token_hex(8)
+    sig = signature(stamp_text, nonce, KEY, body)
+    if bad_signature:
+        sig = "0" * len(sig)
+    headers = {
+        "X-Lark-Request-Timestamp": stamp_text,
+        "X-Lark-Request-Nonce": nonce,
+        "X-Lark-Signature": sig,
+    }
+    return body, headers
+
+
 def deliver(
     client,
     payload: dict,
@@ -65,22 +88,12 @@ def deliver(
     stamp: int | None = None,
     bad_signature: bool = False,
 ):
-    """POST the event as Lark would: encrypted with the Encrypt Key and signed."""
-    body = json.dumps({"encrypt": encrypt(payload, KEY)} if encrypted else payload).encode()
-    stamp_text = str(int(time.time()) if stamp is None else stamp)
-    nonce = secrets.token_hex(8)
-    sig = signature(stamp_text, nonce, KEY, body)
-    if bad_signature:
-        sig = "0" * len(sig)
-    return client.generic(
-        "POST",
-        "/lark/webhook",
-        body,
-        content_type="application/json",
-        HTTP_X_LARK_REQUEST_TIMESTAMP=stamp_text,
-        HTTP_X_LARK_REQUEST_NONCE=nonce,
-        HTTP_X_LARK_SIGNATURE=sig,
+    """POST the event as Lark would, through Django's test client."""
+    body, headers = signed_delivery(
+        payload, encrypted=encrypted, stamp=stamp, bad_signature=bad_signature
     )
+    meta = {f"HTTP_{name.upper().replace('-', '_')}": value for name, value in headers.items()}
+    return client.generic("POST", "/lark/webhook", body, content_type="application/json", **meta)
 
 
 @pytest.fixture
