@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from llm.types import Message as LLMMessage
-from sessions_app.models import ChatSession
-from sessions_app.rounds import rounds_messages
+from sessions_app.models import ChatSession, Message
+from sessions_app.rounds import conversation
 
 LONG_TERM_LABEL = "[长期记忆]"
 SUMMARY_LABEL = "[对话摘要]"
@@ -56,9 +56,15 @@ def long_term_block(*, session: ChatSession, exclude_fact_ids=()) -> str:
     in <memory_context>: the most trusted first."""
     from memory_app.models import Fact
 
+    # The owner and status lead, so the fact_injection_order index serves the order and the
+    # walk stops at the 15th fact of this session; by the session alone, every fact it ever
+    # promoted was read and sorted on each turn (bench.turn_overhead).
     facts = (
         Fact.objects.filter(
-            session=session, source=Fact.Source.CONSOLIDATOR, status=Fact.Status.ACTIVE
+            owner_id=session.owner_id,
+            status=Fact.Status.ACTIVE,
+            session=session,
+            source=Fact.Source.CONSOLIDATOR,
         )
         .exclude(pk__in=list(exclude_fact_ids))
         .order_by("-confidence", "-last_accessed")
@@ -67,14 +73,40 @@ def long_term_block(*, session: ChatSession, exclude_fact_ids=()) -> str:
     return "\n".join(f"- {content}" for content in facts)
 
 
-def summary_block(*, session: ChatSession, rolling: str) -> str:
+def summary_block(*, session: ChatSession, rolling: str, extracted_through: int = 0) -> str:
     """The rolling summary, then the newer warm summaries, oldest first."""
     from memory_app.models import Summary
 
-    warm = Summary.objects.filter(session=session, folded=False).order_by("first_round")
+    # Every summary up to extracted_through is folded (an extraction folds all of them in the
+    # transaction that moves the cursor), so the warm ones start after it: a range of the
+    # (session, first_round) index instead of every summary the session ever had.
+    warm = Summary.objects.filter(
+        session=session, first_round__gt=extracted_through, folded=False
+    ).order_by("first_round")
     parts = [rolling.strip()] if rolling.strip() else []
     parts += [text.strip() for text in warm.values_list("text", flat=True)]
     return "\n".join(parts)
+
+
+def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessage]:
+    """Rounds first..the session's last, as rounds_messages gives them. Two queries, both
+    counted from the newest message: rounds_messages finds round `first` by an OFFSET of
+    first - 1 user messages, which walks the whole history (about 30 ms a turn at 100,000
+    messages on SQLite, bench.turn_overhead); walking back over the verbatim rounds only
+    costs the same at any history size."""
+    count = session.round_count - first + 1
+    if count < 1:
+        return []
+    newest_first = (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+    )
+    start = next(iter(newest_first[count - 1 : count]), None)
+    if start is None:
+        return []
+    rows = Message.objects.filter(session=session, seq__gte=start).order_by("seq")
+    return conversation(rows.values_list("role", "content", "tool_calls"))
 
 
 def build_context(
@@ -98,7 +130,11 @@ def build_context(
     compressed = 0
     if state is not None:
         long_term = long_term_block(session=session, exclude_fact_ids=exclude_fact_ids)
-        summary = summary_block(session=session, rolling=state.rolling_summary)
+        summary = summary_block(
+            session=session,
+            rolling=state.rolling_summary,
+            extracted_through=state.extracted_through,
+        )
         compressed = state.compressed_through
     context: list[LLMMessage] = []
     for label, text in ((LONG_TERM_LABEL, long_term), (SUMMARY_LABEL, summary)):
@@ -109,7 +145,7 @@ def build_context(
     rounds = stored_rounds + (1 if current_input is not None else 0)
     first = verbatim_from(round_count=rounds, compressed_through=compressed, config=config)
     if stored_rounds:
-        context.extend(rounds_messages(session=session, first=first, last=stored_rounds))
+        context.extend(latest_rounds_messages(session=session, first=first))
     if current_input is not None:
         context.append(LLMMessage.user(current_input))
     return context
