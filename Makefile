@@ -61,10 +61,16 @@ worker: migrate
 beat: migrate
 	$(VENV)/bin/celery -A ethan_site beat --loglevel INFO
 
-# The quick benchmark set; each appends its results to docs/benchmarks.md.
+# The quick benchmark set; each appends its results to docs/benchmarks.md. The first four run
+# embedded (SQLite); the last two start gunicorn, a Celery worker and a scratch PostgreSQL
+# database with Redis, like the services suite.
 bench: install
 	$(PY) -m bench.session_search --quick
 	$(PY) -m bench.import_speed --quick
+	$(PY) -m bench.turn_overhead --quick
+	$(PY) -m bench.context_tokens --quick
+	$(PY) -m bench.lark_ack --quick
+	$(PY) -m bench.chat_throughput --quick
 
 clean:
 	rm -rf $(VENV) .test-home .bench-home .pytest_cache .ruff_cache *.egg-info

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
+from django.db import connection
+from django.db.models import BooleanField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import CANDIDATE_CAP, Ranked, bm25, matching, query_terms
+from sessions_app.search import Ranked, bm25, newest_matching, query_terms
 
 # Enough to tell sessions apart in an error message without flooding the terminal.
 AMBIGUOUS_SHOWN = 10
@@ -62,6 +64,78 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session).order_by("seq")
 
 
+# What a candidate message is read as: enough to rank it (its tokens) and to pick a session's
+# best match (session, content); the few results are then read whole, by id.
+CANDIDATE_FIELDS = ["id", "session_id", "content", "search_tokens"]
+_ID, _SESSION, _CONTENT, _TOKENS = range(4)
+# What a found message shows (memory_search's citations): the rest stays deferred.
+RESULT_FIELDS = ["id", "session_id", "seq", "role", "content", "created_at"]
+
+
+def _session_among(ids: list[str]):
+    """A filter for the sessions with these ids. On PostgreSQL one array parameter: a
+    thousand placeholders cost more to bind and plan than the lookup itself."""
+    if connection.vendor == "postgresql":
+        table = ChatSession._meta.db_table
+        return RawSQL(f'"{table}"."id" = ANY(%s)', [ids], output_field=BooleanField())
+    return Q(pk__in=ids)
+
+
+def _history_size(*, owner: AbstractBaseUser) -> tuple[int, int | None]:
+    """(the owner's message count, BM25's N; the highest message id) in one query. The count is
+    summed from the sessions' counters through an index (no message is read); the id bounds
+    search's newest-first windows (search.newest_matching)."""
+    # ORDER BY last_seq: PostgreSQL then reads the (owner_id, last_seq) index alone
+    # (session_owner_seq_total) instead of every session row; the sum is the same. SQLite has
+    # no such index and would sort for nothing.
+    order = " ORDER BY last_seq" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT SUM(last_seq) FROM (SELECT last_seq FROM {ChatSession._meta.db_table}"
+            f" WHERE owner_id = %s{order}) owned), (SELECT MAX(id) FROM {Message._meta.db_table})",
+            [owner.pk],
+        )
+        total, newest = cursor.fetchone()
+    return int(total or 0), newest
+
+
+def _messages_ranked(
+    *,
+    owner: AbstractBaseUser,
+    terms: list[str],
+    session_id: str | None = None,
+    exclude_after: tuple[str, int] | None = None,
+) -> list[Ranked]:
+    """Candidate messages ranked by BM25, best first, each item a CANDIDATE_FIELDS tuple."""
+    # Everyone's messages, narrowed as asked; scoped to the owner by a join for the walk over
+    # the newest ids, and by one lookup of the sessions met for the index steps
+    # (search.newest_matching says why).
+    messages = Message.objects.all()
+    if session_id:
+        messages = messages.filter(session_id=session_id)
+    if exclude_after:  # (session id, seq): the current round, already in the model's context
+        messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
+
+    def owners_only(batch: list[tuple]) -> list[tuple]:
+        mine = set(
+            sessions_for_owner(owner=owner)
+            .filter(pk__in={row[_SESSION] for row in batch})
+            .values_list("pk", flat=True)
+        )
+        return [row for row in batch if row[_SESSION] in mine]
+
+    total, newest = _history_size(owner=owner)
+    rows = newest_matching(
+        messages.filter(session__owner=owner),
+        terms,
+        CANDIDATE_FIELDS,
+        newest_id=newest,
+        unscoped=messages,
+        keep=owners_only,
+    )
+    return bm25(terms, ((row, row[_TOKENS]) for row in rows), total)
+
+
 def messages_search(
     *,
     owner: AbstractBaseUser,
@@ -73,21 +147,15 @@ def messages_search(
     """The owner's user and assistant messages ranked by BM25 against `query` (sessions_app.
     search); on PostgreSQL through the GIN index."""
     terms = query_terms(query)
-    messages = Message.objects.filter(session__owner=owner)
-    if session_id:
-        messages = messages.filter(session_id=session_id)
-    if exclude_after:  # (session id, seq): the current round, already in the model's context
-        messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
-    # N for BM25: the owner's messages, summed from the sessions' counters (no table scan).
-    total = sessions_for_owner(owner=owner).aggregate(n=Sum("last_seq"))["n"] or 0
-    candidates = (
-        matching(messages, terms)
-        .order_by("-id")
-        .only("id", "session_id", "seq", "role", "content", "created_at", "search_tokens")[
-            :CANDIDATE_CAP
-        ]
-    )
-    return bm25(terms, ((m, m.search_tokens) for m in candidates), total)[:limit]
+    if not terms:
+        return []
+    ranked = _messages_ranked(
+        owner=owner, terms=terms, session_id=session_id, exclude_after=exclude_after
+    )[:limit]
+    if not ranked:
+        return []
+    found = Message.objects.only(*RESULT_FIELDS).in_bulk([r.item[_ID] for r in ranked])
+    return [Ranked(item=found[r.item[_ID]], score=r.score) for r in ranked]
 
 
 def session_search(
@@ -104,13 +172,9 @@ def session_search(
     if not query:
         raise ValueError("search text is empty")
     limit = limit or settings.ETHAN_SESSION_LIST_LIMIT
-    best: dict[str, tuple[float, str]] = {}
-    for ranked in messages_search(owner=owner, query=query, limit=CANDIDATE_CAP):
-        message = ranked.item
-        if message.session_id not in best:
-            best[message.session_id] = (ranked.score, message.content)
     owned = sessions_for_owner(owner=owner)
-    if not query_terms(query):
+    terms = query_terms(query)
+    if not terms:
         first_match = (
             Message.objects.filter(session=OuterRef("pk"), content__icontains=query)
             .order_by("seq")
@@ -121,8 +185,30 @@ def session_search(
             .filter(Q(title__icontains=query) | Q(match__isnull=False))
             .order_by("-updated_at", "-created_at")[:limit]
         )
-    found = list(owned.filter(Q(pk__in=list(best)) | Q(title__icontains=query)))
-    for session in found:
+    best: dict[str, tuple[float, str]] = {}
+    for ranked in _messages_ranked(owner=owner, terms=terms):
+        session_id = ranked.item[_SESSION]
+        if session_id not in best:  # ranked best first: the session's best message
+            best[session_id] = (ranked.score, ranked.item[_CONTENT])
+    # Every session with a matching message scores above 0 and so ranks before every session
+    # that matched by its title alone: order those by score (then activity) on their own, and
+    # search titles only when they leave places free, since that search may read every
+    # session (see below).
+    by_activity = owned.filter(_session_among(list(best))).order_by("-updated_at", "-created_at")
+    chosen = sorted(by_activity.values_list("pk", flat=True), key=lambda pk: -best[pk][0])
+    chosen = chosen[:limit]
+    if len(chosen) < limit:
+        titles = owned.exclude(_session_among(list(best))) if best else owned
+        if query.upper() == query.lower() and len(query) < 3:
+            # No letter with a case (Chinese, digits) and too short for a trigram: a plain LIKE
+            # finds the same titles without upper-casing every one of them.
+            titles = titles.filter(title__contains=query)
+        else:  # through the trigram index on UPPER(title) on PostgreSQL (migration 0005)
+            titles = titles.filter(title__icontains=query)
+        chosen += titles.order_by("-updated_at", "-created_at").values_list("pk", flat=True)[
+            : limit - len(chosen)
+        ]
+    found = owned.in_bulk(chosen)
+    for session in found.values():
         session.match = best.get(session.pk, (0.0, None))[1]
-    found.sort(key=lambda s: (-best.get(s.pk, (0.0, None))[0], -s.updated_at.timestamp()))
-    return found[:limit]
+    return [found[pk] for pk in chosen]

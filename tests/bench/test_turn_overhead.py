@@ -36,6 +36,7 @@ def test_steady_state_matches_a_caught_up_consolidator():
 
 @pytest.mark.django_db(transaction=True)  # consolidation runs after each turn's commit
 def test_context_tokens_rounds_are_well_formed(settings):
+    settings.ETHAN_EMBEDDED = True  # the benchmark's set-up, also under the services suite
     settings.ETHAN_MEMORY_HOT_SIZE = 2
     settings.ETHAN_MEMORY_COMPRESS_BATCH = 2
     settings.ETHAN_MEMORY_WARM_CAPACITY = 4
