@@ -157,6 +157,7 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["ethan_site.api.PerUserThrottle"],
     "DEFAULT_THROTTLE_RATES": {"user": CONFIG.get("ETHAN_API_RATE", "600/min", str)},
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "ethan_site.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ethan API",

@@ -127,3 +127,17 @@ def test_fact_list_queries_are_pinned(api_for, owner, count, django_assert_num_q
     api = api_for(owner)
     with django_assert_num_queries(3):  # token, count, page
         assert api.get("/api/facts").status_code == 200
+
+
+def test_a_failing_database_is_a_json_503_not_an_html_500(api_for, owner):
+    from django.db import connection
+
+    api = api_for(owner)  # the token is read before the table goes
+    with connection.cursor() as cursor:  # inside the test's transaction: undone afterwards
+        cursor.execute("ALTER TABLE memory_app_procedure RENAME TO memory_app_procedure_gone")
+    response = api.get("/api/procedures")
+    assert response.status_code == 503
+    assert response.json() == {
+        "detail": "the database is unavailable: retry later",
+        "retryable": True,
+    }
