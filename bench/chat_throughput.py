@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from bench.common import append_results
+from bench.common import append_results, command_line, percentile
 from bench.server import (
     BenchStack,
     Request,
@@ -36,7 +36,6 @@ from bench.server import (
     fixed,
     gunicorn_from_args,
     load,
-    percentile,
     statuses,
 )
 
@@ -243,8 +242,8 @@ def run(args, stack: BenchStack, gunicorn_label: str, argv) -> int:
 
         print(profile_turns(local_user_get_or_create(username="bench-profile"), args.profile))
     if not args.no_record:
-        command = "python -m bench.chat_throughput " + " ".join(argv or sys.argv[1:])
-        append_results("Chat throughput (gunicorn, Celery, Redis)", command.strip(), table)
+        command = command_line("bench.chat_throughput", argv)
+        append_results("Chat throughput (gunicorn, Celery, Redis)", command, table)
     return 0 if met else 1
 
 

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import ROOT, append_results, django_setup
+from bench.common import ROOT, append_results, command_line, django_setup
 
 REPORTED_ROUNDS = (1, 10, 20, 30, 50, 100, 150, 200, 250, 300)
 # Rounds from which the context must stay flat: the warm zone (20 rounds) has filled and been
@@ -321,10 +320,6 @@ def chart(measured: list[RoundTokens], path: Path, replies: str) -> None:
     plt.close(fig)
 
 
-def replies_offline(args: argparse.Namespace) -> bool:
-    return args.replies == "offline"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=300, help="rounds in the conversation")
@@ -408,9 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         chart(measured, chart_path, args.replies)
         print(f"chart: {chart_path}")
     if not args.no_record:
-        command = "python -m bench.context_tokens " + " ".join(argv or sys.argv[1:])
-        title = "Context tokens" + ("" if replies_offline(args) else " (model-length replies)")
-        append_results(title, command.strip(), table)
+        command = command_line("bench.context_tokens", argv)
+        title = "Context tokens" + ("" if not replier else " (model-length replies)")
+        append_results(title, command, table)
     return 0
 
 

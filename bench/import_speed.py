@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
-import sys
 import tempfile
 import time
 from io import StringIO
 from pathlib import Path
 
-from bench.common import append_results, django_setup
+from bench.common import append_results, command_line, django_setup
 
 LINES = (
     "我想整理一下这个季度的工作计划",
@@ -110,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table)
     if not args.no_record:
-        command = "python -m bench.import_speed " + " ".join(argv or sys.argv[1:])
-        append_results("Import (ethan_import)", command.strip(), table)
+        command = command_line("bench.import_speed", argv)
+        append_results("Import (ethan_import)", command, table)
     return 0
 
 

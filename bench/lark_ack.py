@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter
 
-from bench.common import append_results
+from bench.common import append_results, command_line, percentile
 from bench.server import (
     BenchStack,
     Request,
@@ -34,7 +34,6 @@ from bench.server import (
     fixed,
     gunicorn_from_args,
     load,
-    percentile,
     statuses,
     wait_until,
 )
@@ -234,8 +233,8 @@ def run(args, stack: BenchStack, fake, gunicorn_label: str, argv) -> int:
     if failures:
         print(f"worker log tail:\n{stack.log_tail('celery', 1500)}", file=sys.stderr)
     if not args.no_record:
-        command = "python -m bench.lark_ack " + " ".join(argv or sys.argv[1:])
-        append_results("Lark acknowledgement (gunicorn, Celery, Redis)", command.strip(), table)
+        command = command_line("bench.lark_ack", argv)
+        append_results("Lark acknowledgement (gunicorn, Celery, Redis)", command, table)
     return 0 if met else 1
 
 

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, append_results, django_setup
+from bench.common import ROOT, append_results, command_line, django_setup
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 RECALL_AT = (5, 10, 25)
@@ -326,13 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if not args.no_record:
         chart(table, args.chart)
-        command = "python -m bench.locomo_recall " + " ".join(argv or sys.argv[1:])
+        command = command_line("bench.locomo_recall", argv)
         note = (
             f"{len(samples)} conversations, observations "
             f"{'loaded as facts' if args.observations else 'not loaded'}; "
             f"{time.perf_counter() - started:.0f} s. Chart: {args.chart.name}.\n\n"
         )
-        append_results("LoCoMo recall", command.strip(), note + text)
+        append_results("LoCoMo recall", command, note + text)
     return 0
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
+from ethan_site.celery import worker_command
 from llm.config import PROVIDER_VARS
 
 # The scratch database and the broker database; never the suite's (test_*, ethan, Redis /15).
@@ -235,26 +236,13 @@ class BenchStack:
             "celery",
             [
                 *niced,
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "ethan_site",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(self.celery_concurrency),
                 # As deployed: one worker on both queues (README, `make worker`).
-                "--queues",
-                "memory,channels",
-                "--hostname",
-                self.worker_name,
-                "--loglevel",
-                "WARNING",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
+                *worker_command(
+                    hostname=self.worker_name,
+                    pool="prefork",
+                    concurrency=self.celery_concurrency,
+                    loglevel="WARNING",
+                ),
             ],
         )
         self._wait_ready()
@@ -319,12 +307,12 @@ class BenchStack:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=STOP_SECONDS)
         self.processes.clear()
-        try:
+        from django.apps import apps
+
+        if apps.ready:  # Django is set up only once the stack has started
             from django.db import connections
 
             connections.close_all()
-        except Exception:  # Django may never have been set up
-            pass
         try:
             flush_broker()  # no task of this run is left for the next
         except Exception as exc:  # Redis gone: say so, but still clean up the rest
@@ -485,15 +473,6 @@ def load(
     for thread in threads:
         thread.join()
     return samples, time.perf_counter() - started
-
-
-def percentile(samples_ms: list[float], fraction: float) -> float:
-    """Nearest-rank percentile (p99 of 550 samples is the 545th smallest)."""
-    ordered = sorted(samples_ms)
-    if not ordered:
-        return float("nan")
-    rank = max(1, -(-len(ordered) * fraction // 1))  # ceil
-    return ordered[int(rank) - 1]
 
 
 def statuses(samples: Iterable[Sample]) -> dict[int, int]:

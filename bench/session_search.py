@@ -21,7 +21,7 @@ import random
 import sys
 import time
 
-from bench.common import append_results, django_setup, percentiles
+from bench.common import append_results, command_line, django_setup, percentiles
 
 ENGLISH = (
     "plan the launch of the memory server",
@@ -257,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table)
     if not args.no_record:
-        command = "python -m bench.session_search " + " ".join(argv or sys.argv[1:])
-        append_results("Session search: the index against LIKE", command.strip(), table)
+        command = command_line("bench.session_search", argv)
+        append_results("Session search: the index against LIKE", command, table)
     return 0
 
 

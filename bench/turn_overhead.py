@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from bench.common import append_results, django_setup, percentiles
+from bench.common import append_results, command_line, django_setup, percentiles
 
 HISTORY_SIZES = (10, 1_000, 100_000)
 FACT_SIZES = (10, 1_000, 10_000)
@@ -390,8 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(table)
     if not args.no_record:
-        command = "python -m bench.turn_overhead " + " ".join(argv or sys.argv[1:])
-        append_results("Turn overhead", command.strip(), table)
+        command = command_line("bench.turn_overhead", argv)
+        append_results("Turn overhead", command, table)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The Celery app. Every setting lives in settings.py's Celery block (CELERY_* names)."""
 
 import os
+import sys
 
 from celery import Celery
 
@@ -9,3 +10,30 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 app = Celery("ethan")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def worker_command(*, hostname: str, pool: str, concurrency: int, loglevel: str) -> list[str]:
+    """A `celery worker` in this Python on both of Ethan's queues, as `make worker` runs it:
+    how the services suite and the HTTP benchmarks start real workers. Gossip, mingle and
+    heartbeats are off: a lone worker has no peers to talk to, and they slow its start."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "ethan_site",
+        "worker",
+        "--pool",
+        pool,
+        "--concurrency",
+        str(concurrency),
+        "--queues",
+        "memory,channels",
+        "--hostname",
+        hostname,
+        "--loglevel",
+        loglevel,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from ethan_site.celery import app as celery_app
+from ethan_site.celery import worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -71,27 +71,7 @@ class Workers:
         }
         with log_path.open("w") as log:
             worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "ethan_site",
-                    "worker",
-                    "--pool",
-                    pool,
-                    "--concurrency",
-                    "1",
-                    "--queues",
-                    "memory,channels",
-                    "--hostname",
-                    hostname,
-                    "--loglevel",
-                    "INFO",
-                    "--without-gossip",
-                    "--without-mingle",
-                    "--without-heartbeat",
-                ],
+                worker_command(hostname=hostname, pool=pool, concurrency=1, loglevel="INFO"),
                 cwd=ROOT,
                 env=env,
                 stdout=log,

@@ -147,15 +147,16 @@ class OutageModel(MiniModel):
     """MiniModel behind a switch: while `down`, every request (chat or compression) gets the 503
     a provider sends when it is overloaded."""
 
-    def __init__(self) -> None:
+    def __init__(self, fake: FakeOpenAI) -> None:
         super().__init__()
+        self.fake = fake
         self.down = False
         self.refused: list[str] = []  # the models of the requests refused
 
     def __call__(self, recorded):
         if self.down:
             self.refused.append(recorded.body["model"])
-            return Reply(503, FakeOpenAI().error_body(503, "The server is overloaded"))
+            return Reply(503, self.fake.error_body(503, "The server is overloaded"))
         return super().__call__(recorded)
 
 
@@ -163,7 +164,7 @@ class OutageModel(MiniModel):
 def outage_model(llm_config):
     """The OpenAI fake answering gpt-4o chats and gpt-4o-mini compression, with a switch."""
     fake = FakeOpenAI()
-    fake.model = OutageModel()
+    fake.model = OutageModel(fake)
     fake.responder = fake.model
     fake.env = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": f"{fake.url}/v1"}
     llm_config.configure(env=fake.env)
