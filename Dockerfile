@@ -15,7 +15,7 @@ COPY profile_app profile_app
 COPY episodes_app episodes_app
 COPY agent_app agent_app
 COPY llm llm
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 RUN pip install --no-cache-dir . && useradd --create-home ethan && mkdir -p /data \
     && chown ethan /data
 USER ethan

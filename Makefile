@@ -7,12 +7,15 @@ STAMP := $(VENV)/.installed-stamp
 # The services suite's defaults: this machine's PostgreSQL (trust auth) and Redis.
 SERVICES_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/ethan
 SERVICES_BROKER_URL ?= redis://127.0.0.1:6379/15
+# The throttles' cache on its own Redis database: the tests clear it (FLUSHDB) between tests,
+# which must never touch the broker's queues.
+SERVICES_CACHE_URL ?= redis://127.0.0.1:6379/14
 # Tests never read the developer's ~/.ethan (its config.yaml would change their behaviour),
 # and never see a provider key: no test reaches a real model.
 TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USER \
 	-u OPENAI_API_KEY -u ANTHROPIC_API_KEY -u GOOGLE_API_KEY -u GEMINI_API_KEY \
 	-u OPENAI_BASE_URL -u ANTHROPIC_BASE_URL -u GOOGLE_GEMINI_BASE_URL -u ETHAN_COMPRESSION_MODEL \
-	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY ETHAN_HOME=$(CURDIR)/.test-home
+	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY -u ETHAN_CACHE_URL ETHAN_HOME=$(CURDIR)/.test-home
 
 .PHONY: install chat test test-services lint format serve worker beat bench migrate clean
 
@@ -41,7 +44,7 @@ test: install
 # Celery worker process and the page tests in Chromium. .ci/run makes sure all are there.
 test-services: install
 	$(TEST_ENV) DATABASE_URL=$(SERVICES_DATABASE_URL) CELERY_BROKER_URL=$(SERVICES_BROKER_URL) \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		ETHAN_CACHE_URL=$(SERVICES_CACHE_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,7 @@ from memory_app.working import build_context
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
+from sessions_app.services import SessionBusy
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class ModelField(serializers.CharField):
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
         try:
-            llm.provider_for(value)
+            llm.check_model(value)  # unknown, or no key for its provider: 400
         except llm.ModelConfigError as exc:
             raise serializers.ValidationError(str(exc)) from None
         return value
@@ -100,6 +101,18 @@ class ChatApi(APIView):
             )
         except TurnInputError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        except SessionBusy as exc:
+            # An earlier turn on this session outlasted ETHAN_TURN_WAIT_SECONDS: this one
+            # wrote nothing, so sending it again is safe.
+            return Response(
+                {
+                    "detail": "another reply on this session is still being written; "
+                    "nothing was stored: retry",
+                    "session_id": exc.session_id,
+                    "retryable": True,
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
         except llm.ModelError as exc:
             # The message is stored: the client can retry on the session it names.
             unavailable = isinstance(exc, llm.ModelUnavailable)

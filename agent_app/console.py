@@ -166,6 +166,13 @@ class Console:
             # Ctrl-C during the model call: the call is abandoned, the message is kept.
             self.say(f"(cancelled; your message is saved in {self.session.id})")
             return
+        except services.SessionBusy:
+            # Another client (a second console, the API) is mid-turn on this session.
+            self.say(
+                "Error: another reply on this session is still being written; "
+                "your message was not saved: send it again"
+            )
+            return
         except (TurnInputError, llm.ModelError, DatabaseError) as exc:
             # A database error is named in one line, not dumped: the console stays open.
             prefix = "Error: the database failed: " if isinstance(exc, DatabaseError) else "Error: "

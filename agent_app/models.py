@@ -62,6 +62,9 @@ class LarkEvent(models.Model):
 
     event_id = models.CharField(max_length=128, unique=True)
     event_type = models.CharField(max_length=64, blank=True)
+    # A message event's message_id: Lark's id of the message itself, the same when the message
+    # is delivered again under a new event_id, so it is answered once.
+    message_id = models.CharField(max_length=128, blank=True, default="")
     payload = models.JSONField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RECEIVED)
     note = models.TextField(blank=True)  # why it was ignored or failed
@@ -70,6 +73,13 @@ class LarkEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["status", "received_at"], name="larkevent_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["message_id"],
+                condition=~models.Q(message_id=""),
+                name="larkevent_unique_message",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.event_id} {self.event_type} {self.status}"

@@ -101,7 +101,9 @@ def turn_prepare(
         model = (
             model or (session.model if session and session.model else "") or (llm.default_model())
         )
-        llm.provider_for(model)
+        # An unknown model, or one whose provider has no key, is the request's fault: refused
+        # here, before the session or the message is written.
+        llm.check_model(model)
     except (ValueError, llm.ModelConfigError) as exc:
         raise TurnInputError(str(exc)) from None
     return text, mode, path, model
@@ -121,26 +123,52 @@ def turn_run(
     failing model (llm.ModelError, raised as it is) loses nothing and the caller can retry.
     What the model answers is stored step by step as it happens, each step whole or not at
     all; a database error (raised as it is) leaves the message and every finished step, and
-    nothing of the step it interrupted. Either error carries the session in `.session`."""
+    nothing of the step it interrupted. Either error carries the session in `.session`.
+    Turns on one session run one at a time: a turn waits up to ETHAN_TURN_WAIT_SECONDS for
+    the one before it, then raises sessions_app's SessionBusy with nothing written."""
     if not model and not (session and session.model):
         model = owner_model(owner)  # the person's own default (their imported config.yaml)
     text, mode, path, model = turn_prepare(
         session=session, text=text, mode=mode, path=path, model=model
     )
+    token = ""
     if session is None:
         session = session_services.session_start(
             owner=owner, model=model, mode=mode, channel=channel
         )
-    elif session.model != model and session.is_persisted:
-        session_services.session_set_model(session=session, model=model)
-    session_services.message_append(session=session, role=Message.Role.USER, content=text)
-    try:
-        return _turn_answer(
-            owner=owner, session=session, text=text, mode=mode, path=path, model=model
+    elif session.is_persisted:
+        # One turn at a time per session, claimed before anything is written: a turn that
+        # cannot get the session (SessionBusy) stores nothing. A new session needs no claim:
+        # nobody else knows its id until this turn answers.
+        token = session_services.session_turn_claim(
+            session=session,
+            wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS,
+            stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS,
         )
+    try:
+        if token and session.model != model:
+            session_services.session_set_model(session=session, model=model)
+        session_services.message_append(session=session, role=Message.Role.USER, content=text)
+        try:
+            return _turn_answer(
+                owner=owner, session=session, text=text, mode=mode, path=path, model=model
+            )
+        except DatabaseError as exc:
+            exc.session = session  # the message is committed: the caller can say where it is
+            raise
+    finally:
+        if token:
+            _turn_release(session=session, token=token)
+
+
+def _turn_release(*, session: ChatSession, token: str) -> None:
+    """Give the session back after the turn, whatever happened. A database that fails here is
+    logged, not raised: it must not hide the turn's own result or error, and the claim goes
+    stale after ETHAN_TURN_CLAIM_SECONDS."""
+    try:
+        session_services.session_turn_release(session=session, token=token)
     except DatabaseError as exc:
-        exc.session = session  # the message is committed: the caller can say where it is
-        raise
+        log.error("session %s: could not release the turn's claim: %s", session.pk, exc)
 
 
 def _turn_answer(

@@ -1,8 +1,10 @@
 """The three memory tools the model sees, and how a call to one is carried out.
 
-A bad call (unknown tool, missing or wrong arguments, an unknown profile section) never raises:
-it comes back to the model as a tool result starting with "error:", so the model can correct
-itself, and the conversation goes on.
+A bad call (unknown tool, missing or wrong arguments, an unknown profile section, a text
+longer than ethan_site.limits allows, a rule past ETHAN_PROCEDURE_CAPACITY) never raises: it
+comes back to the model as a tool result starting with "error:", nothing written, so the model
+can correct itself, and the conversation goes on. The limits are enforced by the services; the
+schemas below only quote them (maxLength), as a model may ignore a schema.
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 
+from ethan_site.limits import (
+    FACT_MAX_CHARS,
+    PROFILE_ENTRY_MAX_CHARS,
+    PROFILE_MAX_CHARS,
+    RULE_CONTEXT_MAX_CHARS,
+    RULE_MAX_CHARS,
+    too_long,
+)
 from llm.types import ToolCall, ToolSpec
 from memory_app import confidence
 from memory_app import services as memory_services
@@ -26,12 +36,17 @@ MEMORY_WRITE = ToolSpec(
     description=(
         "Store one lasting fact about the user in long-term memory (their name, job, a "
         "preference, a decision, a correction of something said before). Write it as a short, "
-        "self-contained statement in the user's language. Not for small talk."
+        "self-contained statement in the user's language, at most "
+        f"{FACT_MAX_CHARS} characters. Not for small talk."
     ),
     parameters={
         "type": "object",
         "properties": {
-            "content": {"type": "string", "description": "the fact, e.g. 用户在 Acme 做后端工程师"},
+            "content": {
+                "type": "string",
+                "maxLength": FACT_MAX_CHARS,
+                "description": "the fact, e.g. 用户在 Acme 做后端工程师",
+            },
             "category": {
                 "type": "string",
                 "enum": [c.value for c in Fact.Category],
@@ -45,13 +60,24 @@ PROCEDURE_WRITE = ToolSpec(
     name="procedure_write",
     description=(
         "Store a rule for how you should behave from now on, when the user asks for one "
-        '("always reply in English", "以后不要用韩语"). It is shown to you on every turn.'
+        '("always reply in English", "以后不要用韩语"). It is shown to you on every turn. '
+        f"One short instruction, at most {RULE_MAX_CHARS} characters. Only a limited number of "
+        "rules can be active; when the list is full the result says so, and the user has to "
+        "switch one off first."
     ),
     parameters={
         "type": "object",
         "properties": {
-            "rule": {"type": "string", "description": "the rule, as an instruction to yourself"},
-            "context": {"type": "string", "description": "why or when it applies"},
+            "rule": {
+                "type": "string",
+                "maxLength": RULE_MAX_CHARS,
+                "description": "the rule, as an instruction to yourself",
+            },
+            "context": {
+                "type": "string",
+                "maxLength": RULE_CONTEXT_MAX_CHARS,
+                "description": "why or when it applies",
+            },
         },
         "required": ["rule"],
     },
@@ -61,14 +87,19 @@ PROFILE_UPDATE = ToolSpec(
     description=(
         "Update one section of the user's narrative profile (user_profile.md). mode append adds "
         "a bullet (default), merge replaces a bullet on the same subject or adds one, overwrite "
-        "replaces the whole section. Sections: "
+        f"replaces the whole section. An entry is at most {PROFILE_ENTRY_MAX_CHARS} "
+        f"characters, the whole profile at most {PROFILE_MAX_CHARS}. Sections: "
         + "; ".join(f"{s.title} ({s.key}): {s.purpose}" for s in SECTIONS)
     ),
     parameters={
         "type": "object",
         "properties": {
             "section": {"type": "string", "description": "a section title or key"},
-            "entry": {"type": "string", "description": "the text to write"},
+            "entry": {
+                "type": "string",
+                "maxLength": PROFILE_ENTRY_MAX_CHARS,
+                "description": "the text to write",
+            },
             "mode": {"type": "string", "enum": ["append", "overwrite", "merge"]},
         },
         "required": ["section", "entry"],
@@ -146,10 +177,14 @@ def _procedure_write(owner, session, message, arguments) -> str:
 
 def _profile_update(owner, session, message, arguments) -> str:
     mode = _text(arguments, "mode", required=False) or "append"
+    entry = _text(arguments, "entry")
+    # As PATCH /api/profile/sections/{key}: an overwrite from outside is an entry too.
+    if len(entry) > PROFILE_ENTRY_MAX_CHARS:
+        raise ToolArgumentError(too_long("an entry", PROFILE_ENTRY_MAX_CHARS, len(entry)))
     section = profile_services.profile_update(
         owner=owner,
         section=_text(arguments, "section"),
-        entry=_text(arguments, "entry"),
+        entry=entry,
         mode=mode,
         actor="agent",
     )

@@ -1,9 +1,10 @@
 """Import and export of the original ~/.ethan file layout (docs/files.md).
 
 Import reads and validates every file first (naming the file and the place of the first
-problem), then writes everything in one transaction: all or nothing. It is idempotent:
-sessions by id, messages by position, facts and procedures by normalised content, episodes by
-session. Export writes the same layout back for one owner.
+problem, lengths included: ethan_site.limits), then writes everything in one transaction: all
+or nothing. It is idempotent: sessions by id, messages by position, facts and procedures by
+normalised content, episodes by session. New active rules past ETHAN_PROCEDURE_CAPACITY are
+imported switched off, with a note. Export writes the same layout back for one owner.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Count, Max, Q
@@ -26,11 +28,18 @@ from django.utils.dateparse import parse_datetime
 
 from agent_app.models import OwnerSettings
 from episodes_app.models import Episode
+from ethan_site.limits import (
+    FACT_MAX_CHARS,
+    PROFILE_MAX_CHARS,
+    RULE_CONTEXT_MAX_CHARS,
+    RULE_MAX_CHARS,
+    too_long,
+)
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.normalize import content_key, normalize
 from profile_app.markdown import ProfileParseError, parse, render
 from profile_app.models import ProfileSection
-from profile_app.services import profile_update
+from profile_app.services import profile_sections_replace
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import search_tokens, with_context
 
@@ -179,6 +188,14 @@ def _text(item: dict, key: str, where: str, required: bool = False) -> str:
     return value
 
 
+def _within(where: str, what: str, text: str, limit: int) -> str:
+    """The services' limits, checked while reading, so a long item refuses the whole import
+    before anything is written (bulk_create skips the services and the model's validators)."""
+    if len(text) > limit:
+        raise LayoutError(f"{where}: {too_long(what, limit, len(text))}")
+    return text
+
+
 def _read_facts(path: Path, layout: Layout) -> None:
     for index, item in enumerate(_json_list(path, FACTS, "facts")):
         where = f"{FACTS}, item {index}"
@@ -206,7 +223,12 @@ def _read_facts(path: Path, layout: Layout) -> None:
             source = Fact.Source.IMPORT
         layout.facts.append(
             {
-                "content": " ".join(_text(item, "content", where, required=True).split()),
+                "content": _within(
+                    where,
+                    "a fact",
+                    " ".join(_text(item, "content", where, required=True).split()),
+                    FACT_MAX_CHARS,
+                ),
                 "category": category,
                 "confidence": float(confidence),
                 "source": source,
@@ -225,8 +247,15 @@ def _read_procedures(path: Path, layout: Layout) -> None:
             raise LayoutError(f"{where}: active must be true or false, not {active!r}")
         layout.procedures.append(
             {
-                "rule": " ".join(_text(item, "rule", where, required=True).split()),
-                "context": _text(item, "context", where),
+                "rule": _within(
+                    where,
+                    "a rule",
+                    " ".join(_text(item, "rule", where, required=True).split()),
+                    RULE_MAX_CHARS,
+                ),
+                "context": _within(
+                    where, "a rule's context", _text(item, "context", where), RULE_CONTEXT_MAX_CHARS
+                ),
                 "active": active,
                 "created_at": _time(item.get("created_at"), where) or timezone.now(),
             }
@@ -266,6 +295,12 @@ def _read_profile(path: Path, layout: Layout) -> None:
         raise LayoutError(f"{PROFILE}: not UTF-8 text ({exc.reason})") from None
     except ProfileParseError as exc:
         raise LayoutError(f"{PROFILE}: {exc}") from None
+    length = len(render(parsed.sections))
+    if length > PROFILE_MAX_CHARS:
+        raise LayoutError(
+            f"{PROFILE}: the profile is {length} characters long as Ethan writes it; at most "
+            f"{PROFILE_MAX_CHARS} are kept"
+        )
     layout.profile = parsed.sections
     layout.notes += [
         f"{PROFILE}: {note}" for note in parsed.notes if "is not in the document" not in note
@@ -452,25 +487,48 @@ def _import_facts(owner, layout: Layout, report: ImportReport) -> None:
 
 def _import_procedures(owner, layout: Layout, report: ImportReport) -> None:
     known = set(Procedure.objects.filter(owner=owner).values_list("rule_key", flat=True))
-    new = []
+    # Every active rule is in every turn's prompt, so at most ETHAN_PROCEDURE_CAPACITY are
+    # active (memory_app.services.procedure_check_capacity). The original CLI had no such
+    # limit: rather than refuse a whole home over it, new active rules past it come in
+    # switched off, in file order, and a note says so (the person chooses which to switch on).
+    capacity = settings.ETHAN_PROCEDURE_CAPACITY
+    room = capacity - Procedure.objects.filter(owner=owner, active=True).count()
+    new, switched_off = [], 0
     for row in layout.procedures:
         key = content_key(row["rule"])
-        if key not in known:
-            known.add(key)
-            new.append(Procedure(owner=owner, rule_key=key, source=Fact.Source.IMPORT, **row))
+        if key in known:
+            continue
+        known.add(key)
+        active = row["active"]
+        if active and room <= 0:
+            active, switched_off = False, switched_off + 1
+        elif active:
+            room -= 1
+        new.append(
+            Procedure(
+                owner=owner,
+                rule_key=key,
+                source=Fact.Source.IMPORT,
+                **{**row, "active": active},
+            )
+        )
     Procedure.objects.bulk_create(new)
     report.add("procedures", len(new), len(layout.procedures) - len(new))
+    if switched_off:
+        layout.notes.append(
+            f"{PROCEDURES}: {switched_off} active rule(s) imported switched off: at most "
+            f"{capacity} rules are active at once (ETHAN_PROCEDURE_CAPACITY); switch one off "
+            "to switch another on"
+        )
 
 
 def _import_profile(owner, layout: Layout, report: ImportReport) -> None:
     if layout.profile is None:
         return
-    current = dict(ProfileSection.objects.filter(owner=owner).values_list("key", "content"))
-    changed = 0
-    for key, text in layout.profile.items():
-        if text != current.get(key, ""):
-            profile_update(owner=owner, section=key, entry=text, mode="overwrite", actor="import")
-            changed += 1
+    try:
+        changed = profile_sections_replace(owner=owner, sections=layout.profile, actor="import")
+    except ProfileParseError as exc:  # too long with the sections the file does not have
+        raise LayoutError(f"{PROFILE}: {exc}") from None
     report.add("profile sections", changed, len(layout.profile) - changed)
 
 

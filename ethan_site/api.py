@@ -1,14 +1,14 @@
-"""What every REST endpoint shares: pagination, the throttle and the error answers."""
+"""What every REST endpoint shares: pagination and the error answers (the throttles are in
+ethan_site.throttles)."""
 
 from __future__ import annotations
 
 import logging
 
 from django.db import DatabaseError
-from rest_framework import status
+from rest_framework import exceptions, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
@@ -24,23 +24,33 @@ class Pages(PageNumberPagination):
 log = logging.getLogger(__name__)
 
 
-class PerUserThrottle(UserRateThrottle):
-    """Requests per authenticated user (ETHAN_API_RATE, e.g. "600/min")."""
-
-    scope = "user"
-
-
 def paginate(view, request, queryset, serializer_class):
     paginator = Pages()
     page = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
+def _first_error(errors: dict) -> str:
+    field, messages = next(iter(errors.items()))
+    message = messages[0] if isinstance(messages, list) and messages else messages
+    if isinstance(message, dict):  # a nested serializer's errors
+        return f"{field}: {_first_error(message)}"
+    return str(message) if field == "non_field_errors" else f"{field}: {message}"
+
+
 def exception_handler(exc, context):
-    """DRF's answers, plus a JSON 503 for a database that fails (down, restarting, full):
+    """Every error is JSON with a `detail` (field errors keep their fields beside it). DRF's
+    answers, plus a JSON 503 for a database that fails (down, restarting, full):
     an API client gets a body it can read and retry on, not Django's HTML 500. Nothing is
     echoed of the error itself (it may name hosts or tables)."""
+    if isinstance(exc, RecursionError):  # json.loads on a body nested thousands deep
+        exc = exceptions.ParseError("the JSON is nested too deeply")
     response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(response.data, dict) and "detail" not in response.data:
+        # Field errors keep DRF's {field: [messages]} and gain the one key every error has.
+        response.data = {"detail": _first_error(response.data), **response.data}
+    elif response is not None and isinstance(response.data, list):
+        response.data = {"detail": "; ".join(str(item) for item in response.data)}
     if response is None and isinstance(exc, DatabaseError):
         log.error("database error in %s: %s", context["request"].path, type(exc).__name__)
         set_rollback()  # as DRF does for the errors it answers: a surrounding atomic undoes

@@ -12,7 +12,7 @@ class EthanSiteConfig(AppConfig):
         from django.core.signals import request_finished
         from django.db.models.signals import post_migrate
 
-        from ethan_site import queue, schedule
+        from ethan_site import checks, queue, schedule  # noqa: F401 (checks registers)
 
         # Embedded mode runs deferred tasks once the response has been sent.
         request_finished.connect(queue.on_request_finished, dispatch_uid="ethan_run_deferred")

@@ -8,8 +8,23 @@ from celery import Celery
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 
 app = Celery("ethan")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+# Read through django_settings below: the worker and beat load the settings through this name,
+# so a bad value stops them with one line naming the variable.
+app.config_from_object("ethan_site.celery:django_settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def __getattr__(name: str):
+    """`django_settings`, resolved when Celery first reads its configuration (not at import:
+    this module is imported while the settings module itself loads)."""
+    if name == "django_settings":
+        from django.conf import settings
+
+        from ethan_site.config import settings_or_exit
+
+        settings_or_exit("celery")
+        return settings
+    raise AttributeError(name)
 
 
 def worker_command(*, hostname: str, pool: str, concurrency: int, loglevel: str) -> list[str]:

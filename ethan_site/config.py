@@ -176,9 +176,91 @@ class Config:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{name} from {self.source_of(name)}: {exc}") from exc
 
+    def positive(self, name: str, default: int) -> int:
+        """An integer setting that must be at least 1 (sizes, capacities, limits, timeouts)."""
+        value = self.get(name, default, int)
+        if value < 1:
+            raise ConfigError(
+                f"{name} from {self.source_of(name)}: must be at least 1, not {value}"
+            )
+        return value
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.get(name, default, str)
+        if value not in choices:
+            raise ConfigError(
+                f"{name} from {self.source_of(name)}: use {' or '.join(choices)}, not {value!r}"
+            )
+        return value
+
+    def rate(self, name: str, default: str) -> str:
+        """A request rate as DRF's throttles read it ("600/min": a count, then s, m, h or d),
+        checked here so that a typo stops every entry point instead of failing each request."""
+        value = self.get(name, default, str).strip()
+        count, _, period = value.partition("/")
+        if not (count.isdigit() and int(count) > 0 and period[:1] in ("s", "m", "h", "d")):
+            raise ConfigError(
+                f"{name} from {self.source_of(name)}: expected a rate such as 600/min "
+                f"(a count, then /s, /min, /hour or /day), got {value!r}"
+            )
+        return value
+
     def has(self, name: str) -> bool:
         return name in self.environ or self._file_key(name) is not None
 
 
 def config_path(home: Path) -> Path:
     return home / "config.yaml"
+
+
+def secret_key_file(home: Path) -> str:
+    """The embedded install's own SECRET_KEY: made once in $ETHAN_HOME/secret_key (readable by
+    its owner only), so a laptop needs no setting and no two installs share a key. A deployment
+    with several hosts sets DJANGO_SECRET_KEY instead (they must agree)."""
+    import secrets
+    import time
+
+    path = home / "secret_key"
+    for _ in range(50):
+        try:
+            key = path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the secret key: {exc}") from exc
+        else:
+            if key:
+                return key
+            time.sleep(0.02)  # another process has just created it and is writing
+            continue
+        try:
+            home.mkdir(parents=True, exist_ok=True)
+            # O_EXCL: of two processes starting at once, the second reads the first one's key.
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(
+                f"{path}: cannot write a secret key ({exc}); set DJANGO_SECRET_KEY instead"
+            ) from exc
+        key = secrets.token_urlsafe(50)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(key + "\n")
+        return key
+    raise ConfigError(f"{path} is empty: delete it or set DJANGO_SECRET_KEY")
+
+
+def settings_or_exit(program: str = "ethan") -> None:
+    """Load Django's settings now, in an entry point (gunicorn, the Celery worker, WSGI/ASGI),
+    so that a bad value stops the process with one line naming the variable rather than a
+    traceback, or an error on every request later."""
+    import sys
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
+    from django.conf import settings
+
+    try:
+        settings.INSTALLED_APPS  # noqa: B018 (importing the module validates every value)
+    except ConfigError as exc:
+        sys.stderr.write(f"{program}: configuration error: {exc}\n")
+        sys.exit(1)

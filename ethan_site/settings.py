@@ -9,17 +9,20 @@ offline model.
 from __future__ import annotations
 
 import os
+import zoneinfo
 from pathlib import Path
 
 import dj_database_url
 
-from ethan_site.config import Config, ConfigError
+from ethan_site.config import Config, ConfigError, secret_key_file
 from llm.config import PROVIDER_VARS
-from llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes
+from llm.errors import ModelConfigError
+from llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes, provider_for
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-CONFIG = Config.load()
-ETHAN_HOME = CONFIG.home
+# Lower case: not a setting, so no error page ever lists it (it holds the whole environment).
+_config = Config.load()
+ETHAN_HOME = _config.home
 
 
 def _system_time_zone() -> str:
@@ -37,24 +40,40 @@ def _system_time_zone() -> str:
 
 # --- Django core -----------------------------------------------------------------------------
 
-# On by default, as `django-admin startproject` has it: the embedded default is one person's
-# laptop. A deployment sets DJANGO_DEBUG=0, and must then set DJANGO_SECRET_KEY too.
-DEBUG = CONFIG.get("DJANGO_DEBUG", True, bool)
-SECRET_KEY = CONFIG.get("DJANGO_SECRET_KEY", "", str)
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ConfigError(
-            "DJANGO_SECRET_KEY is not set and DJANGO_DEBUG is off: refusing to start. "
-            "Set DJANGO_SECRET_KEY (for example from "
-            "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`)."
-        )
-    # Dev-only key, used only while DEBUG is on.
-    SECRET_KEY = "django-insecure-ethan-local-development-only"
+# Off unless asked for (DJANGO_DEBUG=1): the console and the tests do not need Django's debug
+# pages, and a server process must never show them (they print settings and local variables).
+DEBUG = _config.get("DJANGO_DEBUG", False, bool)
+# DJANGO_SECRET_KEY, or the install's own key made once in $ETHAN_HOME/secret_key.
+SECRET_KEY = _config.get("DJANGO_SECRET_KEY", "", str) or secret_key_file(ETHAN_HOME)
 
-ALLOWED_HOSTS = CONFIG.get(
-    "DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"] if DEBUG else [], list
-)
-CSRF_TRUSTED_ORIGINS = CONFIG.get("DJANGO_CSRF_TRUSTED_ORIGINS", [], list)
+ALLOWED_HOSTS = _config.get("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"], list)
+CSRF_TRUSTED_ORIGINS = _config.get("DJANGO_CSRF_TRUSTED_ORIGINS", [], list)
+
+# Behind an HTTPS proxy (docs/operations.md, "Production"): ETHAN_HTTPS=1 trusts the proxy's
+# X-Forwarded-Proto, redirects plain HTTP (but /healthz, for the load balancer's probe), marks
+# cookies secure and sends HSTS; `manage.py check --deploy` then passes.
+ETHAN_HTTPS = _config.get("ETHAN_HTTPS", False, bool)
+if ETHAN_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = _config.positive("DJANGO_SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _config.get(
+        "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True, bool
+    )
+    SECURE_HSTS_PRELOAD = _config.get("DJANGO_SECURE_HSTS_PRELOAD", True, bool)
+
+# Request bodies: the largest honest one is a whole profile (100,000 characters, up to 600 kB
+# as JSON-escaped CJK). Anything bigger is answered 413 before it is read (ethan_site.errors).
+ETHAN_MAX_BODY_BYTES = _config.positive("ETHAN_MAX_BODY_BYTES", 1_048_576)
+DATA_UPLOAD_MAX_MEMORY_SIZE = ETHAN_MAX_BODY_BYTES
+
+# Error pages never show a secret, debug or not: settings whose names say so, passwords in
+# URLs and every configured secret value are masked (ethan_site.errors).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "ethan_site.errors.SecretsFilter"
+DEFAULT_EXCEPTION_REPORTER = "ethan_site.errors.SecretsReporter"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -77,6 +96,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every error under /api/, /lark/, /v1/ and /mcp is JSON, whatever raised it.
+    "ethan_site.errors.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -108,11 +129,12 @@ TEMPLATES = [
 # --- Database --------------------------------------------------------------------------------
 
 _default_sqlite = f"sqlite:///{ETHAN_HOME / 'ethan.sqlite3'}"
-DATABASE_URL = CONFIG.get("DATABASE_URL", _default_sqlite, str)
+# Lower case: the URL may hold a password, and settings are what error pages list.
+_database_url = _config.get("DATABASE_URL", _default_sqlite, str)
 try:
-    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+    _database = dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
 except (ValueError, KeyError) as exc:  # dj-database-url raises these for unknown schemes
-    raise ConfigError(f"DATABASE_URL from {CONFIG.source_of('DATABASE_URL')}: {exc}") from exc
+    raise ConfigError(f"DATABASE_URL from {_config.source_of('DATABASE_URL')}: {exc}") from exc
 
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     if _database["NAME"] != ":memory:":
@@ -154,8 +176,14 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_THROTTLE_CLASSES": ["ethan_site.api.PerUserThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"user": CONFIG.get("ETHAN_API_RATE", "600/min", str)},
+    "DEFAULT_THROTTLE_CLASSES": ["ethan_site.throttles.PerUserThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _config.rate("ETHAN_API_RATE", "600/min"),
+        # Sign-in attempts per client address on /accounts/login/ (ethan_site.views).
+        "login": _config.rate("ETHAN_LOGIN_RATE", "10/min"),
+    },
+    # Behind a reverse proxy, the client address is the last X-Forwarded-For hop it added.
+    "NUM_PROXIES": _config.get("ETHAN_NUM_PROXIES", 0, int),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "ethan_site.api.exception_handler",
 }
@@ -171,7 +199,14 @@ SPECTACULAR_SETTINGS = {
 }
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = CONFIG.get("ETHAN_TIME_ZONE", _system_time_zone(), str)
+TIME_ZONE = _config.get("ETHAN_TIME_ZONE", _system_time_zone(), str)
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+    raise ConfigError(
+        f"ETHAN_TIME_ZONE from {_config.source_of('ETHAN_TIME_ZONE')}: unknown time zone "
+        f"{TIME_ZONE!r} (use an IANA name such as Asia/Shanghai)"
+    ) from None
 USE_I18N = True
 USE_TZ = True
 
@@ -179,81 +214,121 @@ STATIC_URL = "static/"
 # WhiteNoise finds the apps' static files directly: the admin works under gunicorn without a
 # collectstatic step (a few files; no separate web server needed). Set DJANGO_STATIC_ROOT only
 # to collect them for another server.
-STATIC_ROOT = CONFIG.get("DJANGO_STATIC_ROOT", "", str) or None
+STATIC_ROOT = _config.get("DJANGO_STATIC_ROOT", "", str) or None
 WHITENOISE_USE_FINDERS = True
 
 # --- Ethan -----------------------------------------------------------------------------------
 
 # How many sessions `ethan session list` and GET /api/sessions show by default.
-ETHAN_SESSION_LIST_LIMIT = CONFIG.get("ETHAN_SESSION_LIST_LIMIT", 20, int)
+ETHAN_SESSION_LIST_LIMIT = _config.positive("ETHAN_SESSION_LIST_LIMIT", 20)
 # The console's local user when --user is not given: the OS login name.
-ETHAN_CONSOLE_USER = CONFIG.get("ETHAN_USER", "", str)
+ETHAN_CONSOLE_USER = _config.get("ETHAN_USER", "", str)
 # Working memory (the same for the console, the API and Lark): the last hot_size rounds go to
 # the model verbatim; rounds leaving the hot zone are summarised compress_batch at a time; once
 # the summaries cover warm_capacity rounds, facts are extracted and the summaries folded.
-ETHAN_MEMORY_HOT_SIZE = CONFIG.get("ETHAN_MEMORY_HOT_SIZE", 10, int)
-ETHAN_MEMORY_COMPRESS_BATCH = CONFIG.get("ETHAN_MEMORY_COMPRESS_BATCH", 5, int)
-ETHAN_MEMORY_WARM_CAPACITY = CONFIG.get("ETHAN_MEMORY_WARM_CAPACITY", 20, int)
+ETHAN_MEMORY_HOT_SIZE = _config.positive("ETHAN_MEMORY_HOT_SIZE", 10)
+ETHAN_MEMORY_COMPRESS_BATCH = _config.positive("ETHAN_MEMORY_COMPRESS_BATCH", 5)
+ETHAN_MEMORY_WARM_CAPACITY = _config.positive("ETHAN_MEMORY_WARM_CAPACITY", 20)
 # Which facts go into <memory_context>: "relevance" (the default: confidence blended with how
 # well each fact matches the message, docs/memory.md) or "seed" (the design's pure order).
-ETHAN_INJECTION = CONFIG.get("ETHAN_INJECTION", "relevance", str)
-if ETHAN_INJECTION not in ("relevance", "seed"):
-    raise ConfigError(
-        f"ETHAN_INJECTION from {CONFIG.source_of('ETHAN_INJECTION')}: use "
-        f"relevance or seed, not {ETHAN_INJECTION!r}"
-    )
+ETHAN_INJECTION = _config.choice("ETHAN_INJECTION", "relevance", ("relevance", "seed"))
 # Active facts kept per owner; past it the least trusted, least recently used are evicted.
-ETHAN_FACT_CAPACITY = CONFIG.get("ETHAN_FACT_CAPACITY", 1000, int)
+ETHAN_FACT_CAPACITY = _config.positive("ETHAN_FACT_CAPACITY", 1000)
+# Active behavioural rules kept per owner: every one of them is in every turn's system prompt,
+# so a new rule past this is refused (switch one off first) rather than growing the prompt.
+ETHAN_PROCEDURE_CAPACITY = _config.positive("ETHAN_PROCEDURE_CAPACITY", 30)
 # API and Lark sessions idle this long are closed (ended_at set, episode written) by beat.
-ETHAN_SESSION_IDLE_MINUTES = CONFIG.get("ETHAN_SESSION_IDLE_MINUTES", 30, int)
+ETHAN_SESSION_IDLE_MINUTES = _config.positive("ETHAN_SESSION_IDLE_MINUTES", 30)
 # Past episodes recalled into the full path's system prompt: at most this many tokens.
-ETHAN_EPISODE_RECALL_TOKENS = CONFIG.get("ETHAN_EPISODE_RECALL_TOKENS", 600, int)
+ETHAN_EPISODE_RECALL_TOKENS = _config.positive("ETHAN_EPISODE_RECALL_TOKENS", 600)
 # The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
-ETHAN_TURN_MAX_MODEL_CALLS = CONFIG.get("ETHAN_TURN_MAX_MODEL_CALLS", 8, int)
-ETHAN_MESSAGE_MAX_CHARS = CONFIG.get("ETHAN_MESSAGE_MAX_CHARS", 32_000, int)
+ETHAN_TURN_MAX_MODEL_CALLS = _config.positive("ETHAN_TURN_MAX_MODEL_CALLS", 8)
+ETHAN_MESSAGE_MAX_CHARS = _config.positive("ETHAN_MESSAGE_MAX_CHARS", 32_000)
+# Turns on one session are answered one at a time: a turn waits at most this long for the one
+# before it to finish (then it is refused, nothing written, and may be retried); a claim older
+# than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.
+ETHAN_TURN_WAIT_SECONDS = _config.positive("ETHAN_TURN_WAIT_SECONDS", 120)
+ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 
 # --- Lark -----------------------------------------------------------------------------------
 # LARK_BASE_URL: https://open.larksuite.com (Lark) or https://open.feishu.cn (Feishu).
-LARK_APP_ID = CONFIG.get("LARK_APP_ID", "", str)
-LARK_APP_SECRET = CONFIG.get("LARK_APP_SECRET", "", str)
-LARK_VERIFICATION_TOKEN = CONFIG.get("LARK_VERIFICATION_TOKEN", "", str)
-LARK_ENCRYPT_KEY = CONFIG.get("LARK_ENCRYPT_KEY", "", str)
-LARK_BASE_URL = CONFIG.get("LARK_BASE_URL", "https://open.larksuite.com", str)
+LARK_APP_ID = _config.get("LARK_APP_ID", "", str)
+LARK_APP_SECRET = _config.get("LARK_APP_SECRET", "", str)
+LARK_VERIFICATION_TOKEN = _config.get("LARK_VERIFICATION_TOKEN", "", str)
+LARK_ENCRYPT_KEY = _config.get("LARK_ENCRYPT_KEY", "", str)
+LARK_BASE_URL = _config.get("LARK_BASE_URL", "https://open.larksuite.com", str)
 # The bot's own open_id (to know when a group message mentions it); fetched from Lark if unset.
-LARK_BOT_OPEN_ID = CONFIG.get("LARK_BOT_OPEN_ID", "", str)
+LARK_BOT_OPEN_ID = _config.get("LARK_BOT_OPEN_ID", "", str)
 # Signed requests older or newer than this are refused (replays).
-ETHAN_LARK_MAX_SKEW_SECONDS = CONFIG.get("ETHAN_LARK_MAX_SKEW_SECONDS", 300, int)
+ETHAN_LARK_MAX_SKEW_SECONDS = _config.positive("ETHAN_LARK_MAX_SKEW_SECONDS", 300)
 
 # --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
 
 # The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).
-ETHAN_MODEL = CONFIG.get("ETHAN_MODEL", "", str)
+ETHAN_MODEL = _config.get("ETHAN_MODEL", "", str)
+for _name in ("ETHAN_MODEL", "ETHAN_COMPRESSION_MODEL"):
+    try:
+        if _config.get(_name, "", str):
+            provider_for(_config.get(_name, "", str))
+    except ModelConfigError as exc:
+        raise ConfigError(f"{_name} from {_config.source_of(_name)}: {exc}") from None
 # Per attempt, seconds; transient failures (429, 5xx, timeouts) are retried this many times
 # with exponential backoff (0.5 s doubling, at most 8 s a wait) before ModelUnavailable.
-ETHAN_MODEL_TIMEOUT = CONFIG.get("ETHAN_MODEL_TIMEOUT", 60.0, float)
-ETHAN_MODEL_RETRIES = CONFIG.get("ETHAN_MODEL_RETRIES", 3, int)
+ETHAN_MODEL_TIMEOUT = _config.get("ETHAN_MODEL_TIMEOUT", 60.0, float)
+ETHAN_MODEL_RETRIES = _config.get("ETHAN_MODEL_RETRIES", 3, int)
 # The model that summarises and extracts; unset follows the routing table (docs/llm.md).
-ETHAN_COMPRESSION_MODEL = CONFIG.get("ETHAN_COMPRESSION_MODEL", "", str)
+ETHAN_COMPRESSION_MODEL = _config.get("ETHAN_COMPRESSION_MODEL", "", str)
 try:
     ETHAN_COMPRESSION_ROUTES = (
-        parse_routes(CONFIG.get("ETHAN_COMPRESSION_ROUTES", "", str)) or DEFAULT_COMPRESSION_ROUTES
+        parse_routes(_config.get("ETHAN_COMPRESSION_ROUTES", "", str)) or DEFAULT_COMPRESSION_ROUTES
     )
 except ValueError as exc:
     raise ConfigError(
-        f"ETHAN_COMPRESSION_ROUTES from {CONFIG.source_of('ETHAN_COMPRESSION_ROUTES')}: {exc}"
+        f"ETHAN_COMPRESSION_ROUTES from {_config.source_of('ETHAN_COMPRESSION_ROUTES')}: {exc}"
     ) from exc
 # Provider keys and base URLs, from the environment or config.yaml. ("API" in the name keeps
 # Django's debug pages from ever showing them.)
 ETHAN_MODEL_API_ENV = {
-    name: CONFIG.get(name, "", str) for name in PROVIDER_VARS if CONFIG.get(name, "", str)
+    name: _config.get(name, "", str) for name in PROVIDER_VARS if _config.get(name, "", str)
 }
+
+# --- Cache (the API and login throttles) -------------------------------------------------------
+# Shared by every process, or a limit of 10/min would let 10 through per gunicorn worker: the
+# broker's Redis when there is one (ETHAN_CACHE_URL to choose another), else files under
+# $ETHAN_HOME/cache, which every process on the machine shares.
+_cache_url = _config.get("ETHAN_CACHE_URL", "", str) or (
+    _config.get("CELERY_BROKER_URL", "", str)
+    if _config.get("CELERY_BROKER_URL", "", str).startswith(("redis://", "rediss://"))
+    else ""
+)
+if _cache_url:
+    if not _cache_url.startswith(("redis://", "rediss://", "unix://")):
+        raise ConfigError(
+            f"ETHAN_CACHE_URL from {_config.source_of('ETHAN_CACHE_URL')}: use a redis:// URL"
+        )
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": _cache_url,
+            "KEY_PREFIX": "ethan",
+            # A cache that is down must not hold a request: the throttle then lets it through.
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(ETHAN_HOME / "cache"),
+        }
+    }
 
 # --- Celery ----------------------------------------------------------------------------------
 # One block. Unset broker = embedded mode: ethan_site.queue.enqueue() runs tasks in this process
 # once the reply has been delivered (after the console prints it, or when Django has finished
 # sending the HTTP response), so nothing needs Redis on a laptop.
 
-CELERY_BROKER_URL = CONFIG.get("CELERY_BROKER_URL", "", str)
+CELERY_BROKER_URL = _config.get("CELERY_BROKER_URL", "", str)
 ETHAN_EMBEDDED = not CELERY_BROKER_URL
 if ETHAN_EMBEDDED:
     # Never reach for a default amqp://localhost: anything enqueued by hand runs in-process.
@@ -267,8 +342,8 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_TASK_IGNORE_RESULT = True  # tasks write their results to the database
 CELERY_TIMEZONE = TIME_ZONE
 # The longest task is a consolidation with a few model calls; the hard limit kills a stuck one.
-CELERY_TASK_SOFT_TIME_LIMIT = CONFIG.get("ETHAN_TASK_SOFT_TIME_LIMIT", 240, int)
-CELERY_TASK_TIME_LIMIT = CONFIG.get("ETHAN_TASK_TIME_LIMIT", 300, int)
+CELERY_TASK_SOFT_TIME_LIMIT = _config.positive("ETHAN_TASK_SOFT_TIME_LIMIT", 240)
+CELERY_TASK_TIME_LIMIT = _config.positive("ETHAN_TASK_TIME_LIMIT", 300)
 # A task is acknowledged when it finishes, so a worker killed mid-task has it redelivered; the
 # tasks claim their work with conditional updates, so running twice is safe.
 CELERY_TASK_ACKS_LATE = True
@@ -278,7 +353,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # longest task (time limit) plus the longest retry countdown (retry_backoff caps at 600 s),
 # or a slow task would be handed to a second worker while the first still runs it.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": CONFIG.get(
+    "visibility_timeout": _config.get(
         "ETHAN_BROKER_VISIBILITY_TIMEOUT", max(3600, CELERY_TASK_TIME_LIMIT + 600 + 60), int
     ),
 }
@@ -304,10 +379,19 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 # --- Logging ---------------------------------------------------------------------------------
 
+_LOG_LEVEL = _config.choice(
+    "ETHAN_LOG_LEVEL", "WARNING", ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {
+            # Secrets masked in every line, as on the error pages (ethan_site.errors).
+            "()": "ethan_site.errors.RedactingFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        }
+    },
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["stderr"], "level": CONFIG.get("ETHAN_LOG_LEVEL", "WARNING", str)},
+    "root": {"handlers": ["stderr"], "level": _LOG_LEVEL},
 }

@@ -4,10 +4,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agent_app.lark.webhook import lark_webhook
 from ethan_site.health import healthz
+from ethan_site.views import LoginView
 from profile_app.views import ProfilePage
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Before Django's auth URLs: the same name ("login"), throttled.
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
     path("api/", include("agent_app.urls")),

@@ -3,7 +3,7 @@
 estimate. Plain Python: nothing here imports Django."""
 
 from llm.client import complete
-from llm.config import compression_model, configure, default_model
+from llm.config import check_model, compression_model, configure, default_model
 from llm.errors import (
     ModelAuthError,
     ModelConfigError,
@@ -28,6 +28,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "check_model",
     "complete",
     "compression_model",
     "compression_model_for",

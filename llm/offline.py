@@ -4,10 +4,14 @@ It is a deterministic heuristic, not a language model. Same input, same output; 
 keep every code path of the memory system working on a laptop with no key (and in tests):
 
 - chat: a brief answer. An explicit memory instruction becomes the matching tool call, when that
-  tool is offered ("记住…"/"remember that…" → memory_write; "以后…"/"从现在起…"/"from now on…"/
-  "always…"/"never…" → procedure_write; "我叫…"/"my name is…" and "我的目标是…"/"my goal is…" →
-  profile_update). After the tool results it confirms what it stored. A question that shares
-  terms with a fact in <memory_context> gets that fact back; otherwise a short acknowledgement.
+  tool is offered ("记住…"/"remember that…" → memory_write; "我叫…"/"my name is…" and
+  "我的目标是…"/"my goal is…" → profile_update; an instruction addressed to the assistant →
+  procedure_write: "以后/今后/从现在起" followed by a directive ("以后不要用韩语",
+  "以后用中文回答我"; not "以后我会早点睡"), or "from now on/going forward/always/never"
+  followed by an imperative verb ("always reply in English", "never use emoji", "from now
+  on, don't use emoji"; not "Always a pleasure to talk to you" or "Never mind, forget it")).
+  After the tool results it confirms what it stored. A question that shares terms with a fact
+  in <memory_context> gets that fact back; otherwise a short acknowledgement.
 - summarize: an extractive summary: the first sentence of each user turn (signal sentences first),
   in the conversation's language.
 - fold: the items of the earlier and newer summaries merged, duplicates dropped, newest kept.
@@ -39,9 +43,33 @@ _REMEMBER = (
     re.compile(r"(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*(?P<x>.+)"),
     re.compile(r"\b(?:please\s+)?remember(?:\s+that)?[:,]?\s+(?P<x>.+)", re.IGNORECASE),
 )
+# A rule is an instruction to the assistant, not any sentence that starts with "always" or
+# "以后" ("Always a pleasure to talk to you", "Never mind", "以后我会早点睡"): the time word must
+# be followed by a directive. English: an imperative verb from _RULE_VERBS, optionally after
+# "please", "you should/must/will/need to", "don't/do not". Chinese: a directive word
+# (请/你/您/别/不要/用/回答/叫我…), never 我 (then the user speaks of themselves).
+_RULE_VERBS = (
+    "reply|answer|respond|use|write|speak|talk|call me|address me|refer to me|be|keep|give|"
+    "include|ask|tell|say|start|begin|end|finish|format|explain|avoid|stop|mention|add|put|"
+    "show|cite|quote|list|summari[sz]e|translate|check|double-check|confirm|remind me|let me|"
+    "send|provide|offer|suggest|recommend|follow|assume|prefer|greet|sign|number|label|sort|"
+    "spell|refuse|switch|stick to|limit|make|try|focus|wait|correct|point out|warn me|forget|"
+    "interrupt|guess|apologi[sz]e|lie|reveal|share"
+)
 _PROCEDURE = (
-    re.compile(r"^(?:以后|今后|从现在(?:开始|起))[，,]?(?P<x>.+)"),
-    re.compile(r"^(?:from now on|going forward|always|never)\b[,:]?\s*(?P<x>.+)", re.IGNORECASE),
+    re.compile(
+        r"^(?:请|麻烦你?)?(?:以后|今后|从现在(?:开始|起))[，,、：:\s]*"
+        r"(?=请|你|您|别|不要|不用|不必|不许|要(?!是)|用|都|每次|一律|只|"
+        r"回答|回复|叫我|称呼|说(?!不定)|写|给我|帮我|记得|保持|务必|尽量|必须|统一)"
+        r"(?P<x>.+)"
+    ),
+    re.compile(
+        r"^(?:please\s+)?(?:from now on|going forward|always|never)\b[,:]?\s*"
+        r"(?:please\s+)?"
+        r"(?:(?:you\s+)?(?:should|must|will|need to|have to)\s+|(?:don[’']t|do not)\s+)?"
+        rf"(?P<x>(?:{_RULE_VERBS})\b.*)",
+        re.IGNORECASE,
+    ),
 )
 _NAME = (
     re.compile(r"我(?:叫|的名字是)\s*(?P<x>[^\s，。！？,.!?]{1,20})"),

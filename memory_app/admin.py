@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from memory_app import confidence as rules
 from memory_app import services
 from memory_app.models import Fact, FactEvent, Procedure, Summary, WorkingState
+from memory_app.normalize import content_key
 
 CONFIDENCE_STEP = 0.1
 
@@ -208,8 +209,34 @@ class FactAdmin(admin.ModelAdmin):
         )
 
 
+class ProcedureForm(forms.ModelForm):
+    class Meta:
+        model = Procedure
+        fields = ["owner", "rule", "context", "active"]
+
+    def clean(self):
+        # What the services would refuse on save (lengths are the fields' validators), asked
+        # here so it is a message on the form rather than an error page.
+        data = super().clean()
+        owner, rule = data.get("owner"), data.get("rule")
+        if owner is None or rule is None:
+            return data
+        clash = Procedure.objects.filter(owner=owner, rule_key=content_key(rule))
+        if clash.exclude(pk=self.instance.pk).exists():
+            self.add_error("rule", "the same rule already exists")
+        # Until _post_clean, self.instance holds the stored values.
+        was_active = self.instance.pk is not None and self.instance.active
+        if data.get("active") and not was_active:
+            try:
+                services.procedure_check_capacity(owner=owner)
+            except ValidationError as exc:
+                self.add_error("active", exc.message_dict["active"])
+        return data
+
+
 @admin.register(Procedure)
 class ProcedureAdmin(admin.ModelAdmin):
+    form = ProcedureForm
     list_display = ["rule", "owner", "active", "source", "created_at"]
     list_filter = ["active", "source"]
     list_select_related = ["owner"]
@@ -219,15 +246,23 @@ class ProcedureAdmin(admin.ModelAdmin):
     readonly_fields = ["source", "created_at"]
 
     def save_model(self, request, obj, form, change):
+        data = form.cleaned_data
         if change:
-            # Rule text, context and active are the curator's to change; the key follows.
-            from memory_app.normalize import content_key
-
-            obj.rule_key = content_key(obj.rule)
-            super().save_model(request, obj, form, change)
+            # Through the service (the form has put the new values on obj: start from the
+            # stored row), so the key follows the text and the limits hold.
+            services.procedure_edit(
+                procedure=Procedure.objects.get(pk=obj.pk),
+                rule=data["rule"],
+                context=data["context"],
+                active=data["active"],
+            )
             return
         procedure, _ = services.procedure_write(
-            owner=obj.owner, rule=obj.rule, context=obj.context, source=Fact.Source.ADMIN
+            owner=data["owner"],
+            rule=data["rule"],
+            context=data["context"],
+            source=Fact.Source.ADMIN,
+            active=data["active"],
         )
         obj.pk = procedure.pk
 

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ethan_site.api import paginate
+from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app import services
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.selectors import facts_for_owner
@@ -69,7 +70,7 @@ def fact_or_404(request, fact_id: int) -> Fact:
 
 class FactsApi(APIView):
     class FactsInput(serializers.Serializer):
-        content = serializers.CharField(max_length=2000)
+        content = serializers.CharField(max_length=FACT_MAX_CHARS)
         category = serializers.ChoiceField(
             choices=Fact.Category.choices, default=Fact.Category.KNOWLEDGE
         )
@@ -114,7 +115,7 @@ class FactsApi(APIView):
 
 class FactApi(APIView):
     class FactInput(serializers.Serializer):
-        content = serializers.CharField(max_length=2000, required=False)
+        content = serializers.CharField(max_length=FACT_MAX_CHARS, required=False)
         category = serializers.ChoiceField(choices=Fact.Category.choices, required=False)
         confidence = serializers.FloatField(min_value=0, max_value=1, required=False)
 
@@ -156,9 +157,9 @@ class FactHistoryApi(APIView):
 
 class ProceduresApi(APIView):
     class ProceduresInput(serializers.Serializer):
-        rule = serializers.CharField(max_length=2000)
+        rule = serializers.CharField(max_length=RULE_MAX_CHARS)
         context = serializers.CharField(
-            max_length=2000, required=False, allow_blank=True, default=""
+            max_length=RULE_CONTEXT_MAX_CHARS, required=False, allow_blank=True, default=""
         )
 
     @extend_schema(responses=ProcedureOutput(many=True))
@@ -182,8 +183,10 @@ class ProceduresApi(APIView):
 
 class ProcedureApi(APIView):
     class ProcedureInput(serializers.Serializer):
-        rule = serializers.CharField(max_length=2000, required=False)
-        context = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+        rule = serializers.CharField(max_length=RULE_MAX_CHARS, required=False)
+        context = serializers.CharField(
+            max_length=RULE_CONTEXT_MAX_CHARS, required=False, allow_blank=True
+        )
         active = serializers.BooleanField(required=False)
 
     def _get(self, request, procedure_id: int) -> Procedure:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
@@ -147,7 +148,19 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
 def apply_fact(
     *, session: ChatSession, item: llm_memory.ExtractedFact, action: str, target: Fact | None
 ) -> str:
-    """Write one extracted fact as `action` says; returns what happened."""
+    """Write one extracted fact as `action` says; returns what happened ("skip" for a fact the
+    services refuse, e.g. longer than FACT_MAX_CHARS: the rest of the batch is still stored,
+    and the cursor moves on instead of failing the same batch forever)."""
+    try:
+        return _apply_fact(session=session, item=item, action=action, target=target)
+    except ValidationError as exc:
+        log.warning("%s: extracted fact skipped: %s", session.pk, " ".join(exc.messages))
+        return "skip"
+
+
+def _apply_fact(
+    *, session: ChatSession, item: llm_memory.ExtractedFact, action: str, target: Fact | None
+) -> str:
     owner = session.owner
     confidence = rules.from_importance(item.importance)
     actor = Fact.Source.CONSOLIDATOR

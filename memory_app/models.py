@@ -4,6 +4,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from ethan_site import limits
+from ethan_site.limits import max_chars
+
 
 class Fact(models.Model):
     """One long-term fact about the owner (the cold zone), with a confidence score."""
@@ -27,7 +30,7 @@ class Fact(models.Model):
         EVICTED = "evicted"
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="facts")
-    content = models.TextField()
+    content = models.TextField(validators=[max_chars("a fact", limits.FACT_MAX_CHARS)])
     # sha1 of the content lower-cased without punctuation or spacing (normalize.content_key):
     # "the same fact" means equal keys.
     content_key = models.CharField(max_length=40, editable=False)
@@ -105,10 +108,13 @@ class Procedure(models.Model):
     """A behavioural rule ("always reply in English"), injected into every turn while active."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="procedures")
-    rule = models.TextField()
+    rule = models.TextField(validators=[max_chars("a rule", limits.RULE_MAX_CHARS)])
     # As Fact.content_key: the same rule is not stacked twice.
     rule_key = models.CharField(max_length=40, editable=False)
-    context = models.TextField(blank=True)
+    context = models.TextField(
+        blank=True,
+        validators=[max_chars("a rule's context", limits.RULE_CONTEXT_MAX_CHARS)],
+    )
     active = models.BooleanField(default=True)
     source = models.CharField(
         max_length=16, choices=Fact.Source.choices, default=Fact.Source.AGENT_PROACTIVE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
@@ -45,8 +46,6 @@ def facts_for_injection(
     message that matches no fact at all, keep the design's order, so then exactly the seed
     list is injected.
     """
-    from django.conf import settings
-
     candidates = (
         facts_for_owner(owner=owner)
         .filter(status=Fact.Status.ACTIVE, confidence__gte=confidence.INJECTION_THRESHOLD)
@@ -108,4 +107,8 @@ def facts_search(
 
 
 def procedures_active(*, owner: AbstractBaseUser) -> list[Procedure]:
-    return list(Procedure.objects.filter(owner=owner, active=True).order_by("created_at", "id"))
+    """The rules of every turn's <behavioral_guidelines>, oldest first. The services refuse a
+    rule past ETHAN_PROCEDURE_CAPACITY; rules stored before that (or above a lowered setting)
+    are cut here too, so the prompt stays bounded whatever the table holds."""
+    rules = Procedure.objects.filter(owner=owner, active=True).order_by("created_at", "id")
+    return list(rules[: settings.ETHAN_PROCEDURE_CAPACITY])

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from ethan_site.limits import (
+    FACT_MAX_CHARS,
+    RULE_CONTEXT_MAX_CHARS,
+    RULE_MAX_CHARS,
+    too_long,
+)
 from memory_app import confidence as rules
 from memory_app import selectors
 from memory_app.models import Fact, FactEvent, Procedure
@@ -18,6 +26,23 @@ from sessions_app.search import search_tokens, with_context
 def fact_search_tokens(content: str, message: Message | None) -> str:
     """A fact is found by its words and by those of the turn it was learnt from."""
     return with_context(search_tokens(content), message.content if message else "")
+
+
+def _within(field: str, what: str, text: str, limit: int) -> None:
+    """ethan_site.limits, checked first, before a fact or rule is matched against the stored
+    ones: an over-long text is refused whole: never cut, never taken as a known one."""
+    if len(text) > limit:
+        raise ValidationError({field: too_long(what, limit, len(text))})
+
+
+def _fact_content(content: str) -> str:
+    """A fact as stored: one line (whitespace collapsed, so it cannot start a line of its own in
+    the system prompt), with words, within FACT_MAX_CHARS."""
+    content = " ".join(content.split())
+    if not normalize(content):
+        raise ValidationError({"content": "a fact needs words, not only punctuation or spaces"})
+    _within("content", "a fact", content, FACT_MAX_CHARS)
+    return content
 
 
 @transaction.atomic
@@ -32,9 +57,7 @@ def fact_write(
     message: Message | None = None,
 ) -> Fact:
     """Add a fact, or reinforce the equal one the owner already has."""
-    content = " ".join(content.split())
-    if not normalize(content):
-        raise ValidationError({"content": "a fact needs words, not only punctuation or spaces"})
+    content = _fact_content(content)
     existing = selectors.fact_matching(owner=owner, content=content)
     if existing is not None:
         return fact_reinforce(fact=existing, confidence=confidence, actor=source)
@@ -85,23 +108,64 @@ def procedure_write(
     rule: str,
     context: str = "",
     source: str = Fact.Source.AGENT_PROACTIVE,
+    active: bool = True,
 ) -> tuple[Procedure, bool]:
-    """Add an active rule; the same rule is not stacked twice (an inactive one comes back).
-    Returns the procedure and whether it is new."""
-    rule = " ".join(rule.split())
-    if not normalize(rule):
-        raise ValidationError({"rule": "a rule needs words"})
+    """Add a rule, active unless told; the same rule is not stacked twice (an inactive one
+    comes back when `active`). Returns the procedure and whether it is new. Refused
+    (ValidationError) when the rule or its context is too long, or when an active rule would
+    be one more than ETHAN_PROCEDURE_CAPACITY (bringing an inactive one back counts too)."""
+    rule = _rule_text(rule)
+    _within("context", "a rule's context", context, RULE_CONTEXT_MAX_CHARS)
     key = content_key(rule)
     existing = Procedure.objects.filter(owner=owner, rule_key=key).first()
     if existing is not None:
-        if not existing.active:
+        if active and not existing.active:
+            _procedure_activation(owner=owner, field="rule")
             existing.active = True
             existing.save(update_fields=["active"])
         return existing, False
-    procedure = Procedure(owner=owner, rule=rule, rule_key=key, context=context, source=source)
+    if active:
+        _procedure_activation(owner=owner, field="rule")
+    procedure = Procedure(
+        owner=owner, rule=rule, rule_key=key, context=context, source=source, active=active
+    )
     procedure.full_clean(exclude=["owner"])
     procedure.save()
     return procedure, True
+
+
+def _rule_text(rule: str) -> str:
+    """A rule as stored: one line, with words, within RULE_MAX_CHARS."""
+    rule = " ".join(rule.split())
+    if not normalize(rule):
+        raise ValidationError({"rule": "a rule needs words"})
+    _within("rule", "a rule", rule, RULE_MAX_CHARS)
+    return rule
+
+
+def procedure_check_capacity(*, owner: AbstractBaseUser, field: str = "active") -> None:
+    """Refuse one more active rule once the owner has ETHAN_PROCEDURE_CAPACITY: every active
+    rule is in every turn's system prompt, so the list is bounded by refusing, never by
+    dropping a rule the person set. (The services call it with the owner locked; the admin's
+    form calls it to refuse before saving.)"""
+    capacity = settings.ETHAN_PROCEDURE_CAPACITY
+    active = Procedure.objects.filter(owner=owner, active=True).count()
+    if active >= capacity:
+        raise ValidationError(
+            {
+                field: f"you have {active} active rules, the most Ethan keeps is {capacity}; "
+                "switch one off first"
+            }
+        )
+
+
+def _procedure_activation(*, owner: AbstractBaseUser, field: str = "active") -> None:
+    """Inside the transaction that switches a rule on: lock the owner's row, then count, so
+    two concurrent activations cannot both take the last place (PostgreSQL; SQLite writes are
+    serial anyway)."""
+    user_model = get_user_model()
+    list(user_model._default_manager.select_for_update().filter(pk=owner.pk).values("pk"))
+    procedure_check_capacity(owner=owner, field=field)
 
 
 def _event(fact: Fact, kind: str, *, actor: str, old_content: str = "", old_confidence=None):
@@ -120,7 +184,7 @@ def _event(fact: Fact, kind: str, *, actor: str, old_content: str = "", old_conf
 def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> Fact:
     """The same fact, said more precisely: new wording, reinforced confidence."""
     old_content, old_confidence = fact.content, fact.confidence
-    fact.content = " ".join(content.split())
+    fact.content = _fact_content(content)
     fact.content_key = content_key(fact.content)
     fact.search_tokens = fact_search_tokens(fact.content, fact.message)
     fact.confidence = rules.reinforced(old_confidence, confidence)
@@ -182,9 +246,7 @@ def fact_edit(
     """A curator's change (admin or API), recorded as an "edit" event with old and new values."""
     old_content, old_confidence = fact.content, fact.confidence
     if content is not None:
-        fact.content = " ".join(content.split())
-        if not normalize(fact.content):
-            raise ValidationError({"content": "a fact needs words"})
+        fact.content = _fact_content(content)
         fact.content_key = content_key(fact.content)
     fact.search_tokens = fact_search_tokens(fact.content, fact.message)
     if category is not None:
@@ -192,7 +254,10 @@ def fact_edit(
     if confidence is not None:
         fact.confidence = round(confidence, 4)
     fact.updated_at = timezone.now()
-    fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
+    # Content not given is not checked again: a fact stored before the limits (longer than
+    # FACT_MAX_CHARS) can still be re-rated or shortened.
+    unchanged = [] if content is not None else ["content"]
+    fact.full_clean(exclude=["owner", "session", "message", "superseded_by", *unchanged])
     fact.save()
     _event(
         fact,
@@ -230,11 +295,10 @@ def procedure_edit(
     context: str | None = None,
     active: bool | None = None,
 ) -> Procedure:
-    """Change a rule's text, context or whether it applies."""
+    """Change a rule's text, context or whether it applies. Switching a rule on counts against
+    ETHAN_PROCEDURE_CAPACITY as a new rule does."""
     if rule is not None:
-        rule = " ".join(rule.split())
-        if not normalize(rule):
-            raise ValidationError({"rule": "a rule needs words"})
+        rule = _rule_text(rule)
         key = content_key(rule)
         clash = Procedure.objects.filter(owner=procedure.owner, rule_key=key).exclude(
             pk=procedure.pk
@@ -243,9 +307,15 @@ def procedure_edit(
             raise ValidationError({"rule": "the same rule already exists"})
         procedure.rule, procedure.rule_key = rule, key
     if context is not None:
+        _within("context", "a rule's context", context, RULE_CONTEXT_MAX_CHARS)
         procedure.context = context
     if active is not None:
+        if active and not procedure.active:
+            _procedure_activation(owner=procedure.owner)
         procedure.active = active
-    procedure.full_clean(exclude=["owner"])
+    # Fields not given are not checked again: a rule stored before the limits can still be
+    # switched off.
+    unchanged = [name for name, value in (("rule", rule), ("context", context)) if value is None]
+    procedure.full_clean(exclude=["owner", *unchanged])
     procedure.save()
     return procedure

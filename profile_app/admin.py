@@ -1,6 +1,9 @@
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 
 from profile_app import services
+from profile_app.markdown import normalize_content
 from profile_app.models import ProfileRevision, ProfileSection
 
 
@@ -16,8 +19,28 @@ class ProfileRevisionInline(admin.TabularInline):
         return False
 
 
+class ProfileSectionForm(forms.ModelForm):
+    class Meta:
+        model = ProfileSection
+        fields = ["owner", "key", "content"]
+
+    def clean(self):
+        # The whole profile's limit is the service's: asked here too, so a profile that would
+        # grow past it is a message on the form rather than an error page on save.
+        data = super().clean()
+        if data.get("owner") and data.get("key") and data.get("content") is not None:
+            try:
+                services.profile_check_length(
+                    owner=data["owner"], key=data["key"], new=normalize_content(data["content"])
+                )
+            except ValueError as exc:
+                raise ValidationError(str(exc)) from None
+        return data
+
+
 @admin.register(ProfileSection)
 class ProfileSectionAdmin(admin.ModelAdmin):
+    form = ProfileSectionForm
     list_display = ["owner", "key", "updated_at"]
     list_filter = ["key"]
     list_select_related = ["owner"]
@@ -52,12 +75,18 @@ class ProfileRevisionAdmin(admin.ModelAdmin):
 
     @admin.action(description="Undo: put back the text from before this change")
     def undo(self, request, queryset):
+        restored = 0
         for revision in queryset.select_related("section"):
-            services.profile_update(
-                owner=revision.section.owner,
-                section=revision.section.key,
-                entry=revision.old_content,
-                mode="overwrite",
-                actor=f"admin:{request.user.get_username()} (undo #{revision.pk})",
-            )
-        self.message_user(request, f"Restored {queryset.count()} section(s).", messages.SUCCESS)
+            try:
+                services.profile_update(
+                    owner=revision.section.owner,
+                    section=revision.section.key,
+                    entry=revision.old_content,
+                    mode="overwrite",
+                    actor=f"admin:{request.user.get_username()} (undo #{revision.pk})",
+                )
+            except ValueError as exc:  # the old text no longer fits the profile's limit
+                self.message_user(request, f"#{revision.pk} not restored: {exc}", messages.ERROR)
+                continue
+            restored += 1
+        self.message_user(request, f"Restored {restored} section(s).", messages.SUCCESS)

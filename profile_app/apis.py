@@ -7,8 +7,9 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
 from profile_app import selectors, services
-from profile_app.markdown import MAX_CHARS, ProfileParseError
+from profile_app.markdown import ProfileParseError
 from profile_app.sections import SECTIONS, section_for
 
 
@@ -47,7 +48,7 @@ ProfileOutput = inline_serializer(
 class ProfileApi(APIView):
     class ProfileInput(serializers.Serializer):
         markdown = serializers.CharField(
-            allow_blank=True, trim_whitespace=False, max_length=MAX_CHARS
+            allow_blank=True, trim_whitespace=False, max_length=PROFILE_MAX_CHARS
         )
 
     @extend_schema(responses=ProfileOutput)
@@ -71,7 +72,9 @@ class ProfileApi(APIView):
 
 class ProfileSectionApi(APIView):
     class SectionInput(serializers.Serializer):
-        entry = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=10_000)
+        entry = serializers.CharField(
+            allow_blank=True, trim_whitespace=False, max_length=PROFILE_ENTRY_MAX_CHARS
+        )
         mode = serializers.ChoiceField(choices=list(services.MODES), default="append")
 
     @extend_schema(

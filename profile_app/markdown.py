@@ -19,10 +19,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ethan_site.limits import PROFILE_MAX_CHARS
 from profile_app.sections import SECTIONS, section_for
 
 TITLE = "# 用户画像"
-MAX_CHARS = 100_000
+# The longest document taken (ethan_site.limits): the services keep every stored profile's
+# rendering within it too, so what is rendered can always be parsed back.
+MAX_CHARS = PROFILE_MAX_CHARS
 _HEADING_LIKE = re.compile(r"^(\\*)(#{1,2})(?=\s|$)")
 _SECTION = re.compile(r"^##(?:\s+(.*?))?\s*$")
 _TITLE_LINE = re.compile(r"^#(?:\s.*)?$")

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from ethan_site.limits import PROFILE_MAX_CHARS, max_chars
 from profile_app.sections import SECTIONS
 
 
@@ -14,7 +15,10 @@ class ProfileSection(models.Model):
         settings.AUTH_USER_MODEL, models.CASCADE, related_name="profile_sections"
     )
     key = models.CharField(max_length=16, choices=[(s.key, s.title) for s in SECTIONS])
-    content = models.TextField(blank=True)
+    # No section can be longer than the whole profile (the services check the whole).
+    content = models.TextField(
+        blank=True, validators=[max_chars("a profile section", PROFILE_MAX_CHARS)]
+    )
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -32,6 +32,12 @@ class ChatSession(models.Model):
     last_seq = models.PositiveIntegerField(default=0)
     # How many rounds (user messages) the session has: working memory counts in rounds.
     round_count = models.PositiveIntegerField(default=0)
+    # Turns on one session are answered one at a time: a turn holds this claim (a random token)
+    # from before its user message is stored until its reply is (services.session_turn_claim).
+    # A claim older than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died. Only ever
+    # written by conditional updates, never by a form.
+    turn_claim = models.CharField(max_length=32, blank=True, editable=False)
+    turn_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import getpass
+import logging
+import secrets
+import time
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef, Value
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
@@ -16,8 +20,22 @@ from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import search_tokens, with_context
 
+log = logging.getLogger(__name__)
+
 TITLE_LENGTH = 40
 ID_ATTEMPTS = 10
+# How often a turn waiting for its session looks again: soon at first, then at a steady pace.
+CLAIM_FIRST_PAUSE = 0.05
+CLAIM_MAX_PAUSE = 0.25
+
+
+class SessionBusy(Exception):
+    """Another turn on this session is still being answered and did not finish in time.
+    Nothing of this turn was written; it can be sent again."""
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is still answering an earlier message")
 
 
 def title_from(text: str) -> str:
@@ -146,6 +164,59 @@ def message_append(
     session.last_seq = message.seq
     session.updated_at = now
     return message
+
+
+def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_seconds: float) -> str:
+    """Claim a persisted session for one turn and return the claim's token; wait up to
+    `wait_seconds` for the turn before it, then raise SessionBusy.
+
+    Turns on one session go one at a time so that each user message is followed by its own
+    reply: two interleaved turns would pair rounds wrongly in every later context. The claim is
+    a row field, not a lock held in a transaction (no transaction stays open while a model
+    thinks), so it holds across processes and machines on SQLite and PostgreSQL alike. Call
+    it outside any transaction: inside one, other connections would not see the claim until
+    the commit.
+    """
+    token = secrets.token_hex(16)
+    deadline = time.monotonic() + wait_seconds
+    pause = CLAIM_FIRST_PAUSE
+    first = True
+    while True:
+        # Application clocks, not the database's: a claim goes stale after minutes, so a
+        # machine whose clock is a few seconds off changes nothing.
+        now = timezone.now()
+        free = Q(turn_claim="") | Q(turn_claimed_at__lt=now - timedelta(seconds=stale_seconds))
+        # One conditional UPDATE: of two turns racing for a free session, the database lets
+        # exactly one change the row (the other re-reads it, sees the claim and matches none).
+        # A stale claim (its process died mid-turn) is taken over the same way.
+        claimed = ChatSession.objects.filter(free, pk=session.pk).update(
+            turn_claim=token, turn_claimed_at=now
+        )
+        if claimed == 1:
+            session.turn_claim, session.turn_claimed_at = token, now
+            return token
+        if first and not ChatSession.objects.filter(pk=session.pk).exists():
+            # Deleted under us: say so now rather than wait for a claim that cannot come.
+            raise ChatSession.DoesNotExist(f"session {session.pk} does not exist")
+        first = False
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise SessionBusy(session.pk)
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, CLAIM_MAX_PAUSE)
+
+
+def session_turn_release(*, session: ChatSession, token: str) -> bool:
+    """Give back a turn's claim. Conditional on the token: a claim that went stale and was
+    taken over by another turn is theirs now and stays. False if there was nothing to release."""
+    released = ChatSession.objects.filter(pk=session.pk, turn_claim=token).update(
+        turn_claim="", turn_claimed_at=None
+    )
+    if session.turn_claim == token:
+        session.turn_claim, session.turn_claimed_at = "", None
+    if released != 1:
+        log.warning("session %s: the turn's claim was no longer held at release", session.pk)
+    return released == 1
 
 
 def session_end(*, session: ChatSession) -> None:

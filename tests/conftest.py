@@ -19,6 +19,15 @@ from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _fresh_throttle_counts():
+    """The throttles count in a shared cache (files under ETHAN_HOME, or Redis): each test
+    starts with none of another test's requests counted."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def owner(db):
     return get_user_model().objects.create_user(username="ada")
@@ -61,6 +70,7 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
             "DJANGO_DEBUG",
             "DJANGO_SECRET_KEY",
             "ETHAN_USER",
+            "ETHAN_CACHE_URL",
         }
     }
     env["ETHAN_HOME"] = str(home)

@@ -16,6 +16,7 @@ from agent_app.lark.messages import mentions_bot, message_text
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from agent_app.services import TurnInputError, session_finish, turn_run
 from sessions_app.models import ChatSession
+from sessions_app.services import SessionBusy
 
 log = logging.getLogger(__name__)
 LARK = "lark"
@@ -23,6 +24,10 @@ ONLY_TEXT = "目前我只能理解文字消息。/ For now I can only read text 
 MODEL_DOWN = (
     "抱歉，模型暂时不可用，请稍后再发一次。/ Sorry, the model is unavailable right now; "
     "please send that again in a moment."
+)
+SESSION_BUSY = (
+    "我还在回复你的上一条消息，这条没有保存，请稍后再发一次。/ I am still answering your "
+    "previous message; this one was not kept: please send it again in a moment."
 )
 
 
@@ -125,6 +130,11 @@ def _answer(*, user, chat_id: str, text: str) -> str:
         result = turn_run(owner=user, session=session, text=text, channel=ChatSession.Channel.LARK)
     except TurnInputError as exc:
         return f"无法处理这条消息 / I cannot take that message: {exc}"
+    except SessionBusy:
+        # The turn before it on this chat's session is still being answered: nothing was
+        # stored, so the person sends it again (the chat keeps its session).
+        log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
+        return SESSION_BUSY
     except llm.ModelError as exc:
         # The message is stored; the person is told to send it again (no automatic re-run,
         # which would store it twice).

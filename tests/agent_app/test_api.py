@@ -44,13 +44,30 @@ def test_chat_starts_and_continues_a_session(api_for, owner, llm_config):
         ({"message": "hi", "mode": "party"}, "mode"),
         ({"message": "hi", "path": "slow"}, "path"),
         ({"message": "hi", "model": "llama"}, "model"),
+        # A known model whose provider has no key: refused before anything is written.
+        ({"message": "hi", "model": "claude-sonnet-4-6"}, "model"),
+        ({"message": "hi", "model": "gpt-5"}, "model"),
     ],
 )
 def test_chat_refusals_write_nothing(api_for, owner, llm_config, payload, field):
     response = api_for(owner).post("/api/chat", payload, format="json")
     assert response.status_code == 400
-    assert field in response.json()
+    body = response.json()
+    assert field in body and isinstance(body["detail"], str)
     assert not ChatSession.objects.exists() and not Message.objects.exists()
+
+
+def test_a_session_whose_model_lost_its_key_is_400_and_writes_nothing(
+    api_for, owner, make_session, llm_config
+):
+    session = make_session(owner, "hi", "hello")
+    ChatSession.objects.filter(pk=session.pk).update(model="claude-sonnet-4-6")
+    response = api_for(owner).post(
+        "/api/chat", {"message": "again", "session_id": session.pk}, format="json"
+    )
+    assert response.status_code == 400
+    assert "ANTHROPIC_API_KEY" in response.json()["detail"]
+    assert session.messages.count() == 2
 
 
 def test_chat_malformed_json_and_foreign_sessions(
@@ -152,7 +169,7 @@ def test_token_command(owner):
 def test_requests_are_throttled_per_user(api_for, owner, other_owner, monkeypatch):
     from django.core.cache import cache
 
-    from ethan_site.api import PerUserThrottle
+    from ethan_site.throttles import PerUserThrottle
 
     cache.clear()
     monkeypatch.setattr(PerUserThrottle, "THROTTLE_RATES", {"user": "2/min"})

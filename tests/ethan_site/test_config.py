@@ -94,11 +94,11 @@ def _settings(home: Path, **env: str) -> list[str]:
 
 def test_settings_module_follows_the_precedence(tmp_path):
     """End to end: the real settings module in a child process."""
-    # Embedded defaults: SQLite under ETHAN_HOME, no model chosen, DEBUG on, no broker.
+    # Embedded defaults: SQLite under ETHAN_HOME, no model chosen, DEBUG off, no broker.
     assert _settings(tmp_path, TZ="UTC") == [
         str(tmp_path / "ethan.sqlite3"),
         "",
-        "True",
+        "False",
         "True",
         "UTC",
     ]
@@ -110,31 +110,52 @@ def test_settings_module_follows_the_precedence(tmp_path):
     assert _settings(tmp_path) == [
         f"{tmp_path}/from_file.sqlite3",
         "gemini-2.5-flash",
-        "True",
+        "False",
         "True",
         "Asia/Shanghai",
     ]
     assert _settings(tmp_path, ETHAN_MODEL="offline", CELERY_BROKER_URL="redis://h:1/0") == [
         f"{tmp_path}/from_file.sqlite3",
         "offline",
-        "True",
+        "False",
         "False",
         "Asia/Shanghai",
     ]
 
 
-def test_debug_off_without_secret_key_refuses_to_start(tmp_path):
-    refused = run_manage(["check"], tmp_path, DJANGO_DEBUG="0")
-    assert refused.returncode == 1
-    assert refused.stderr.startswith("ethan: configuration error: DJANGO_SECRET_KEY is not set")
-    assert "Traceback" not in refused.stderr
-    started = run_manage(
-        ["check", "--deploy", "--fail-level", "CRITICAL"],
-        tmp_path,
-        DJANGO_DEBUG="0",
-        DJANGO_SECRET_KEY="k" * 50,
+def test_without_a_secret_key_the_install_makes_its_own_once(tmp_path):
+    show = "from django.conf import settings; print(settings.SECRET_KEY, settings.DEBUG)"
+    first = run_manage(["shell", "-v", "0", "-c", show], tmp_path)
+    assert first.returncode == 0, first.stderr
+    key, debug = first.stdout.split()
+    assert debug == "False" and len(key) >= 50
+    key_file = tmp_path / "secret_key"
+    assert key_file.read_text().strip() == key and key_file.stat().st_mode & 0o777 == 0o600
+    again = run_manage(["shell", "-v", "0", "-c", show], tmp_path)
+    assert again.stdout.split()[0] == key
+    chosen = run_manage(["shell", "-v", "0", "-c", show], tmp_path, DJANGO_SECRET_KEY="k" * 50)
+    assert chosen.stdout.split()[0] == "k" * 50
+
+
+def test_check_deploy_passes_with_the_documented_production_settings(tmp_path):
+    """docs/operations.md, "Production": behind an HTTPS proxy."""
+    production = {
+        "DJANGO_SECRET_KEY": "a-production-key-" + "x7Q2" * 12,
+        "DJANGO_ALLOWED_HOSTS": "ethan.example.com",
+        "ETHAN_HTTPS": "1",
+        "LARK_VERIFICATION_TOKEN": "v",
+        "LARK_ENCRYPT_KEY": "e",
+    }
+    passed = run_manage(["check", "--deploy", "--fail-level", "WARNING"], tmp_path, **production)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    without_https = {key: v for key, v in production.items() if key != "ETHAN_HTTPS"}
+    warned = run_manage(["check", "--deploy", "--fail-level", "WARNING"], tmp_path, **without_https)
+    assert warned.returncode == 1 and "security.W008" in warned.stderr
+    no_encrypt_key = {key: v for key, v in production.items() if key != "LARK_ENCRYPT_KEY"}
+    warned = run_manage(
+        ["check", "--deploy", "--fail-level", "WARNING"], tmp_path, **no_encrypt_key
     )
-    assert started.returncode == 0, started.stderr
+    assert warned.returncode == 1 and "ethan.W001" in warned.stderr
 
 
 def test_broken_config_is_one_line_from_every_entry_point(tmp_path):

@@ -55,7 +55,7 @@ def test_healthz_database_down_is_503(tmp_path):
     from tests.conftest import run_manage
 
     probe = (
-        "from django.test import Client; r = Client().get('/healthz'); "
+        "from django.test import Client; r = Client(HTTP_HOST='localhost').get('/healthz'); "
         "print(r.status_code, r.json()['status'], r.json()['database'][:6])"
     )
     result = run_manage(

@@ -135,6 +135,46 @@ def test_memory_instructions_become_tool_calls(text, expected):
     assert len({c.id for c in completion.tool_calls}) == len(expected)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "always reply in English",
+        "never use emoji",
+        "from now on, answer briefly",
+        "Going forward, please don't mention the weather",
+        "Please always call me Ada",
+        "From now on you should write in French",
+        "以后不要用韩语",
+        "以后用中文回答我",
+        "今后请叫我老王",
+        "从现在开始，回复简短一点",
+    ],
+)
+def test_instructions_to_the_assistant_become_rules(text):
+    rules = [args["rule"] for name, args in calls(text) if name == "procedure_write"]
+    assert rules == [text]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Always a pleasure to talk to you",
+        "Never mind, forget it",
+        "Never again, that restaurant was awful",
+        "always",
+        "From now on I'll go to bed earlier",
+        "Going forward the team meets on Mondays",
+        "以后我会早点睡",
+        "以后说不定会去北京",
+        "以后要是下雨就别去了",
+        "今后的计划还没定",
+        "从现在开始我要锻炼身体",
+    ],
+)
+def test_sentences_that_are_not_instructions_are_not_rules(text):
+    assert [name for name, _ in calls(text)] == []
+
+
 def test_no_tool_call_when_the_tool_is_not_offered():
     completion = say("记住我喜欢喝美式咖啡", tools=[])
     assert completion.tool_calls == ()

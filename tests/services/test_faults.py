@@ -125,6 +125,13 @@ def test_two_clients_chatting_on_one_session_at_once_lose_no_turn(
         ]
     assert sum(1 for _seq, role, _content in rows if role == "assistant") == 11
     assert ChatSession.objects.get(pk=session.pk).round_count == 11
+    # One turn at a time: every user message is followed at once by its own reply (the offline
+    # model acknowledges the newest user message of its context).
+    assert [role for _seq, role, _content in rows] == ["user", "assistant"] * 11
+    for (_seq, _role, asked), (_next, _reply_role, reply) in zip(
+        rows[2::2], rows[3::2], strict=True
+    ):
+        assert reply == f"（离线模式）收到：{asked}"
 
 
 def _messages(session_id: str) -> list[tuple[int, str, str]]:

@@ -306,3 +306,81 @@ def test_iso_times_are_accepted(tmp_path, owner):
     )
     run("ethan_import", "--home", str(home), "--user", "ada")
     assert Fact.objects.get().created_at.timestamp() == 1781171580.0
+
+
+@pytest.mark.parametrize(
+    ("facts", "procedures", "message"),
+    [
+        (
+            [*FACTS, {"content": "x" * 31_000}],
+            PROCEDURES,
+            "memory/facts.json, item 2: a fact is at most 2000 characters; this one is 31000",
+        ),
+        (
+            FACTS,
+            [*PROCEDURES, {"rule": "always " + "x" * 600}],
+            "memory/procedures.json, item 2: a rule is at most 500 characters; this one is 607",
+        ),
+        (
+            FACTS,
+            [{"rule": "be brief", "context": "c" * 1001}],
+            "memory/procedures.json, item 0: a rule's context is at most 1000 characters; "
+            "this one is 1001",
+        ),
+    ],
+)
+def test_an_over_long_item_refuses_the_whole_import(tmp_path, owner, facts, procedures, message):
+    source = build_layout(tmp_path / "in", facts=facts)
+    (source / "memory/procedures.json").write_text(json.dumps(procedures))
+    with pytest.raises(CommandError, match="nothing imported") as error:
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert message in str(error.value)
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
+    assert not Fact.objects.exists() and not Procedure.objects.exists()
+    assert not ProfileSection.objects.exists() and not Episode.objects.exists()
+
+
+def test_rules_past_the_capacity_are_imported_switched_off(tmp_path, owner):
+    from memory_app.services import procedure_write
+
+    for n in range(25):
+        procedure_write(owner=owner, rule=f"rule already here {n}")
+    home = tmp_path / "in"
+    (home / "memory").mkdir(parents=True)
+    rules = [{"rule": f"imported rule {n}"} for n in range(8)]
+    rules.insert(2, {"rule": "rule already here 1"})  # known: matched, changes nothing
+    rules.insert(3, {"rule": "an inactive one", "active": False})
+    (home / "memory/procedures.json").write_text(json.dumps(rules))
+    out = run("ethan_import", "--home", str(home), "--user", "ada")
+    assert "procedures: 9 new, 1 already there" in out
+    assert (
+        "note: memory/procedures.json: 3 active rule(s) imported switched off: at most 30 rules "
+        "are active at once (ETHAN_PROCEDURE_CAPACITY); switch one off to switch another on"
+    ) in out
+    imported = Procedure.objects.filter(owner=owner, source="import").order_by("id")
+    assert [(p.rule, p.active) for p in imported] == [
+        ("imported rule 0", True),
+        ("imported rule 1", True),
+        ("an inactive one", False),
+        ("imported rule 2", True),
+        ("imported rule 3", True),
+        ("imported rule 4", True),
+        ("imported rule 5", False),
+        ("imported rule 6", False),
+        ("imported rule 7", False),
+    ]
+    assert Procedure.objects.filter(owner=owner, active=True).count() == 30
+
+
+def test_a_profile_that_would_pass_the_cap_refuses_the_import(tmp_path, owner):
+    from profile_app.services import profile_update
+
+    profile_update(owner=owner, section="psych", entry="p" * 99_000, mode="overwrite")
+    source = build_layout(tmp_path / "in")
+    profile = "## 个人语言与激励\n\n" + "w" * 5_000 + "\n"
+    (source / "memory/user_profile.md").write_text(profile)
+    with pytest.raises(CommandError, match="nothing imported") as error:
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert "memory/user_profile.md: the profile would be" in str(error.value)
+    assert not ChatSession.objects.exists() and not Fact.objects.exists()
+    assert ProfileSection.objects.get(owner=owner).key == "psych"

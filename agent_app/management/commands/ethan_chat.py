@@ -41,7 +41,7 @@ class Command(BaseCommand):
         try:
             mode = mode_parse(options["mode"])
             model = options["model"] or llm.default_model()
-            llm.config.check_model(model)
+            llm.check_model(model)
         except (ValueError, llm.ModelConfigError) as exc:
             raise CommandError(str(exc)) from None
         owner = services.local_user_get_or_create(username=options["user"])

@@ -1,0 +1,213 @@
+"""Error answers: JSON on every machine-facing URL, and no secret on any error page.
+
+- `JsonErrorsMiddleware` (outermost) answers every error under /api/, /lark/, /v1/ and /mcp
+  as `{"detail": …}` with the matching status, whatever produced it: Django's 404 and 405, a
+  body over ETHAN_MAX_BODY_BYTES (413, refused before it is read), JSON nested too deeply to
+  parse (RecursionError, 400), and an unexpected exception (500, logged, nothing echoed).
+- `SecretsFilter` and `SecretsReporter` keep secrets off Django's error pages (the debug page
+  when DJANGO_DEBUG=1, and the reports Django logs): settings whose names say they are secret,
+  passwords inside URLs (DATABASE_URL, CELERY_BROKER_URL, ETHAN_CACHE_URL) and, as a last pass
+  over the rendered page, every configured secret value wherever it appears (a local variable,
+  a request header, an exception message).
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import re
+from http import HTTPStatus
+from urllib.parse import quote
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
+
+log = logging.getLogger(__name__)
+
+# The URLs that machines call: their errors are JSON, never an HTML page.
+JSON_PREFIXES = ("/api/", "/lark/", "/v1/", "/mcp", "/healthz")
+# Names of settings and environment variables whose values are secret (Django's own list, and
+# the URLs that carry credentials).
+SECRET_NAMES = re.compile(
+    r"API|TOKEN|KEY|SECRET|PASS|SIGNATURE|HTTP_COOKIE|AUTHORIZATION|DATABASE_URL|BROKER_URL|"
+    r"CACHE_URL",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]+@", re.I)
+MASK = "********************"
+
+
+def wants_json(request: HttpRequest) -> bool:
+    return request.path_info.startswith(JSON_PREFIXES)
+
+
+def json_error(status: int, detail: str, **extra) -> JsonResponse:
+    return JsonResponse({"detail": detail, **extra}, status=status)
+
+
+class JsonErrorsMiddleware:
+    """One JSON error shape, `{"detail": …}`, for every API and webhook error."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not wants_json(request):
+            return self.get_response(request)
+        refused = self._body_refused(request)
+        if refused is not None:
+            return refused
+        response = self.get_response(request)
+        if response.status_code >= 400 and not _is_json(response):
+            response = self._as_json(response)
+        return response
+
+    @staticmethod
+    def _body_refused(request: HttpRequest) -> JsonResponse | None:
+        """A body is refused by its declared length, before anything reads it (DRF's parsers
+        read the stream without Django's DATA_UPLOAD_MAX_MEMORY_SIZE check)."""
+        raw = request.META.get("CONTENT_LENGTH") or "0"
+        try:
+            length = int(raw)
+        except ValueError:
+            return json_error(400, "the Content-Length header is not a number")
+        if length > settings.ETHAN_MAX_BODY_BYTES:
+            return json_error(
+                413,
+                f"the request body is {length} bytes; the limit is {settings.ETHAN_MAX_BODY_BYTES}",
+            )
+        return None
+
+    @staticmethod
+    def _as_json(response: HttpResponse) -> JsonResponse:
+        status = response.status_code
+        try:
+            detail = HTTPStatus(status).phrase.lower()
+        except ValueError:
+            detail = "error"
+        if status == 404:
+            detail = "not found"
+        elif status == 405:
+            detail = "method not allowed"
+        answer = json_error(status, detail)
+        for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+            if header in response:
+                answer[header] = response[header]
+        return answer
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> JsonResponse | None:
+        if not wants_json(request):
+            return None
+        if isinstance(exc, RecursionError):
+            return json_error(400, "the JSON is nested too deeply")
+        if isinstance(exc, RequestDataTooBig):
+            return json_error(413, "the request body is too large")
+        if isinstance(exc, Http404):
+            return json_error(404, "not found")
+        if isinstance(exc, PermissionDenied):
+            return json_error(403, "permission denied")
+        if isinstance(exc, SuspiciousOperation):
+            log.warning("refused a suspicious request to %s: %s", request.path, type(exc).__name__)
+            return json_error(400, "bad request")
+        # The type only: an exception's message may carry a value the request sent or a host.
+        log.error(
+            "unexpected %s on %s %s", type(exc).__name__, request.method, request.path, exc_info=exc
+        )
+        return json_error(500, "internal error: the server could not answer; nothing to retry")
+
+
+def _is_json(response: HttpResponse) -> bool:
+    return response.get("Content-Type", "").startswith(("application/json", "text/event-stream"))
+
+
+# --- no secret on an error page ------------------------------------------------------------------
+
+
+def mask_url_passwords(text: str) -> str:
+    """redis://:hunter2@host/0 → redis://:********@host/0 (user names stay: they help)."""
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+
+
+def _secret_values() -> tuple[str, ...]:
+    """Every configured secret value, longest first: secret-named settings, the provider keys,
+    the environment's secret-named variables and the passwords inside URLs. Read afresh for
+    each page (errors are rare; settings may change under tests)."""
+    values: set[str] = set()
+
+    def add(value) -> None:
+        if isinstance(value, str) and len(value) >= 6:
+            values.add(value)
+
+    for name in dir(settings):
+        if name.isupper() and SECRET_NAMES.search(name):
+            value = getattr(settings, name, None)
+            if isinstance(value, dict):
+                for item in value.values():
+                    add(item)
+            else:
+                add(value)
+    for name, value in os.environ.items():
+        if SECRET_NAMES.search(name):
+            add(value)
+    for alias in settings.DATABASES.values():
+        add(alias.get("PASSWORD"))
+    for url in [value for value in values if "://" in value]:
+        for match in _URL_PASSWORD.finditer(url):
+            add(match.group(0).rsplit(":", 1)[1][:-1])
+    # The forms a value takes on a page: as written, HTML-escaped, URL-quoted.
+    forms = {form for value in values for form in (value, html.escape(value), quote(value))}
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def redact(text: str) -> str:
+    """`text` with every configured secret value and every URL password masked."""
+    if not settings.configured:  # a log line while the settings themselves load
+        return mask_url_passwords(text)
+    for secret in _secret_values():
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return mask_url_passwords(text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Log lines (an exception's message, a traceback) with secrets masked, as on the pages."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+class SecretsFilter(SafeExceptionReporterFilter):
+    """Django's filter, with URL credentials and configured secret values masked too, in
+    settings, request data and every frame's local variables."""
+
+    hidden_settings = SECRET_NAMES
+
+    def cleanse_setting(self, key, value):
+        value = super().cleanse_setting(key, value)
+        if isinstance(value, str):
+            return redact(value)
+        return value
+
+    def get_traceback_frame_variables(self, request, tb_frame):
+        cleansed = []
+        for name, value in super().get_traceback_frame_variables(request, tb_frame):
+            if isinstance(name, str) and SECRET_NAMES.search(name):
+                value = self.cleansed_substitute
+            elif isinstance(value, str):
+                value = redact(value)
+            cleansed.append((name, value))
+        return cleansed
+
+
+class SecretsReporter(ExceptionReporter):
+    """The last pass: whatever the page shows (an object's repr, an exception message, a
+    header), no configured secret value survives in the HTML or text Django renders."""
+
+    def get_traceback_html(self):
+        return redact(str(super().get_traceback_html()))
+
+    def get_traceback_text(self):
+        return redact(str(super().get_traceback_text()))

@@ -1,0 +1,52 @@
+"""How long stored memory may be: one place, read by every door that writes it.
+
+The services (memory_app.services, profile_app.services) enforce these, so the chat tools, the
+REST API, the admin, import and any later door get the same answer; the model fields carry
+them as MaxLengthValidator so the admin's forms refuse too, and the API serializers and the
+tools' JSON schemas quote them. Everything here ends up in a system prompt on every turn, so
+each limit is a budget for prompt space as much as for storage. The number of active rules is
+a setting instead (settings.ETHAN_PROCEDURE_CAPACITY, 30 by default), as it is per deployment.
+
+Lengths are in characters (Python's len), counted after a fact's or a rule's whitespace is
+collapsed, as it is stored.
+"""
+
+from __future__ import annotations
+
+from django.core.validators import MaxLengthValidator
+
+# A fact is one short, self-contained statement ("用户在 Acme 做后端工程师"); up to 15 of them
+# go into <memory_context> on every turn. 2,000 leaves room for a precise paragraph and keeps
+# 15 facts under ~30,000 characters at worst. The API has always accepted 2,000.
+FACT_MAX_CHARS = 2_000
+
+# A rule is an instruction ("always reply in English"), and every active rule goes into every
+# turn's <behavioral_guidelines>, the fast path included: 30 rules × 500 = 15,000 characters at
+# most. A real rule is a sentence; 500 is a few.
+RULE_MAX_CHARS = 500
+
+# Why or when a rule applies. It is stored and shown (API, admin, export) but not put into
+# the prompt, so it may be longer than the rule.
+RULE_CONTEXT_MAX_CHARS = 1_000
+
+# One append or merge into a profile section: a bullet, or a short paragraph. (An overwrite
+# replaces a whole section and is bounded by PROFILE_MAX_CHARS instead.)
+PROFILE_ENTRY_MAX_CHARS = 10_000
+
+# The whole rendered user_profile.md (title, the seven headings and their text). The page and
+# PUT /api/profile accept a document this long, so a profile kept within it can always be read,
+# edited and saved back; it goes whole into <user_profile> on the full and medium paths.
+PROFILE_MAX_CHARS = 100_000
+
+
+def too_long(what: str, limit: int, length: int) -> str:
+    """The one wording of a refusal: "a fact is at most 2000 characters; this one is 31000"."""
+    return f"{what} is at most {limit} characters; this one is {length}"
+
+
+def max_chars(what: str, limit: int) -> MaxLengthValidator:
+    """A limit as a model field's validator, so a ModelForm (the admin) refuses too, in the
+    same words as the services."""
+    return MaxLengthValidator(
+        limit, message=f"{what} is at most %(limit_value)d characters; this one is %(show_value)d"
+    )

@@ -1,0 +1,128 @@
+"""Ethan under gunicorn in a child process, as `make serve` runs it, for tests that must go
+over a real socket (hostile bodies, error pages, throttling shared by several workers)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import ROOT, clean_env, run_ethan, run_manage
+
+START_SECONDS = 60
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+
+@dataclass
+class Server:
+    port: int
+    home: Path
+    log_path: Path
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        if isinstance(body, str):
+            body = body.encode()
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            # Refused before the body was all sent (413): its answer is waiting all the same.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                connection.request(method, path, body=body, headers=headers or {})
+            response = connection.getresponse()
+            return Answer(response.status, dict(response.getheaders()), response.read())
+        finally:
+            connection.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def migrated_home(home: Path, **env: str) -> Path:
+    """An embedded home whose SQLite database has every table."""
+    result = run_manage(["migrate", "--noinput", "-v", "0"], home, **env)
+    assert result.returncode == 0, result.stderr
+    return home
+
+
+def api_token(home: Path, name: str, **env: str) -> str:
+    result = run_ethan(["token", name], home, **env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@contextlib.contextmanager
+def gunicorn(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
+    """gunicorn on a free loopback port with the repository's gunicorn.conf.py, on `home`."""
+    port = free_port()
+    log_path = home / f"gunicorn-{port}.log"
+    home.mkdir(parents=True, exist_ok=True)
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+            ],
+            cwd=ROOT,
+            env=clean_env(home, **env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    server = Server(port=port, home=home, log_path=log_path)
+    try:
+        deadline = time.monotonic() + START_SECONDS
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"gunicorn exited:\n{server.log()[-3000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"gunicorn did not start:\n{server.log()[-3000:]}"
+                    ) from None
+                time.sleep(0.1)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
