@@ -38,6 +38,12 @@ def _first_error(errors: dict) -> str:
     return str(message) if field == "non_field_errors" else f"{field}: {message}"
 
 
+def refused(errors: dict[str, list[str]]) -> Response:
+    """A 400 that a view finds itself (a service's refusal), in the one error shape: the
+    field messages with a `detail` beside them, as DRF's own field errors get."""
+    return Response({"detail": _first_error(errors), **errors}, status=status.HTTP_400_BAD_REQUEST)
+
+
 def exception_handler(exc, context):
     """Every error is JSON with a `detail` (field errors keep their fields beside it). DRF's
     answers, plus a JSON 503 for a database that fails (down, restarting, full):

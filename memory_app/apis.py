@@ -9,7 +9,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ethan_site.api import paginate
+from ethan_site.api import paginate, refused
 from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app import services
 from memory_app.models import Fact, FactEvent, Procedure
@@ -60,8 +60,9 @@ def _actor(request) -> str:
 
 
 def _refused(exc: ValidationError) -> Response:
-    errors = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
-    return Response(errors, status=status.HTTP_400_BAD_REQUEST)
+    if hasattr(exc, "error_dict"):
+        return refused(exc.message_dict)
+    return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
 
 
 def fact_or_404(request, fact_id: int) -> Fact:
@@ -92,9 +93,7 @@ class FactsApi(APIView):
         facts = facts_for_owner(owner=request.user)
         if wanted != "all":
             if wanted not in Fact.Status.values:
-                return Response(
-                    {"status": [f"unknown status {wanted!r}"]}, status=status.HTTP_400_BAD_REQUEST
-                )
+                return refused({"status": [f"unknown status {wanted!r}"]})
             facts = facts.filter(status=wanted)
         return paginate(
             self, request, facts.order_by("-confidence", "-last_accessed", "-id"), FactOutput

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from ethan_site.api import refused
 from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
 from profile_app import selectors, services
 from profile_app.markdown import ProfileParseError
@@ -66,7 +67,7 @@ class ProfileApi(APIView):
                 actor=f"api:{request.user.get_username()}",
             )
         except ProfileParseError as exc:
-            return Response({"markdown": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+            return refused({"markdown": [str(exc)]})
         return Response(profile_payload(request.user, notes))
 
 
@@ -92,7 +93,7 @@ class ProfileSectionApi(APIView):
         try:
             section = section_for(key)
         except ValueError as exc:
-            return Response({"key": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+            return refused({"key": [str(exc)]})
         data = self.SectionInput(data=request.data)
         data.is_valid(raise_exception=True)
         try:
@@ -103,5 +104,5 @@ class ProfileSectionApi(APIView):
                 **data.validated_data,
             )
         except ValueError as exc:
-            return Response({"entry": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+            return refused({"entry": [str(exc)]})
         return Response({"key": section.key, "title": section.title, "content": row.content})
