@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import DatabaseError
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -15,9 +18,15 @@ import llm
 from agent_app.memory_search import MAX_LIMIT, SCOPES, memory_search
 from agent_app.modes import MODE_ALIASES, mode_parse
 from agent_app.paths import PATHS
-from agent_app.prompts import build_system
-from agent_app.services import TurnInputError, last_user_message, turn_prepare, turn_run
-from memory_app.working import build_context
+from agent_app.turn import (
+    Done,
+    Failed,
+    TurnInputError,
+    event_payload,
+    turn_plan,
+    turn_prompt,
+    turn_start,
+)
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
@@ -65,6 +74,49 @@ ChatOutput = inline_serializer(
 )
 
 
+STREAM_EVENTS = """With `"stream": true` (or `Accept: text/event-stream`) the answer is Server-Sent
+Events, one per turn event, each a JSON `data:` line: `started` {session_id, path, model},
+`delta` {text} (the reply as the model writes it), `tool_call` {name, arguments},
+`tool_result` {name, ok, summary}, then `done` {session_id, reply, path, model, usage,
+model_calls, tool_calls} or `error` {kind, detail, retryable, session_id}. A refused request
+(400, 404, 409) is JSON, before any event."""
+
+
+def _failed_answer(failed: Failed) -> Response:
+    """The JSON answer of a turn that stopped after its message was stored."""
+    if failed.kind == "database":
+        detail = (
+            "a database error interrupted the reply; your message is stored and the step it "
+            "interrupted was not kept: retry on this session"
+        )
+        code = status.HTTP_503_SERVICE_UNAVAILABLE
+    elif failed.retryable:
+        detail = (
+            f"the model is unavailable right now ({failed.detail}); your message is stored: "
+            "retry on this session"
+        )
+        code = status.HTTP_503_SERVICE_UNAVAILABLE
+    else:
+        detail = f"the model could not answer ({failed.detail}); your message is stored"
+        code = status.HTTP_502_BAD_GATEWAY
+    return Response(
+        {"detail": detail, "session_id": failed.session_id, "retryable": failed.retryable},
+        status=code,
+    )
+
+
+def _sse(events) -> Iterator[str]:
+    """Server-Sent Events of a turn. A client that goes away does not stop the turn: the
+    server closes this generator, and the rest of the turn is run (and stored) regardless."""
+    try:
+        for event in events:
+            payload = json.dumps(event_payload(event), ensure_ascii=False)
+            yield f"event: {event.name}\ndata: {payload}\n\n"
+    finally:
+        for _ in events:  # only does anything once the client is gone
+            pass
+
+
 class ChatApi(APIView):
     class ChatInput(serializers.Serializer):
         message = serializers.CharField(trim_whitespace=True)
@@ -72,6 +124,7 @@ class ChatApi(APIView):
         mode = ModeField(required=False, help_text=", ".join(MODE_ALIASES))
         path = serializers.ChoiceField(choices=PATHS, required=False)
         model = ModelField(required=False, max_length=100)
+        stream = serializers.BooleanField(required=False, default=False)
 
         def validate_message(self, value: str) -> str:
             limit = settings.ETHAN_MESSAGE_MAX_CHARS
@@ -81,7 +134,12 @@ class ChatApi(APIView):
                 )
             return value
 
-    @extend_schema(request=ChatInput, responses={200: ChatOutput})
+    def perform_content_negotiation(self, request, force=False):
+        # `Accept: text/event-stream` asks for events; every other answer (errors included)
+        # is JSON whatever the client accepts.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(request=ChatInput, responses={200: ChatOutput}, description=STREAM_EVENTS)
     def post(self, request):
         data = self.ChatInput(data=request.data)
         data.is_valid(raise_exception=True)
@@ -90,7 +148,7 @@ class ChatApi(APIView):
         if params.get("session_id"):
             session = session_or_404(request, params["session_id"])
         try:
-            result = turn_run(
+            plan = turn_plan(
                 owner=request.user,
                 session=session,
                 text=params["message"],
@@ -99,6 +157,7 @@ class ChatApi(APIView):
                 model=params.get("model"),
                 channel=ChatSession.Channel.API,
             )
+            turn = turn_start(plan)
         except TurnInputError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         except SessionBusy as exc:
@@ -113,53 +172,40 @@ class ChatApi(APIView):
                 },
                 status=status.HTTP_409_CONFLICT,
             )
-        except llm.ModelError as exc:
-            # The message is stored: the client can retry on the session it names.
-            unavailable = isinstance(exc, llm.ModelUnavailable)
-            stored = getattr(exc, "session", None)
-            detail = (
-                f"the model is unavailable right now ({exc}); your message is stored: "
-                "retry on this session"
-                if unavailable
-                else f"the model could not answer ({exc}); your message is stored"
-            )
+        except DatabaseError as exc:
+            log.error("database error before a turn: %s", type(exc).__name__)
             return Response(
                 {
-                    "detail": detail,
-                    "session_id": stored.pk if stored else None,
-                    "retryable": unavailable,
+                    "detail": "the database is unavailable; nothing was stored: retry later",
+                    "session_id": None,
+                    "retryable": True,
                 },
-                status=status.HTTP_503_SERVICE_UNAVAILABLE
-                if unavailable
-                else status.HTTP_502_BAD_GATEWAY,
-            )
-        except DatabaseError as exc:
-            # A JSON answer, not Django's HTML 500: the client learns whether its message was
-            # kept (turn_run attaches the session once it is) and that it may retry.
-            log.error("database error during a turn: %s", type(exc).__name__)
-            stored = getattr(exc, "session", None)
-            detail = (
-                "a database error interrupted the reply; your message is stored and the "
-                "step it interrupted was not kept: retry on this session"
-                if stored
-                else "the database is unavailable; nothing was stored: retry later"
-            )
-            return Response(
-                {"detail": detail, "session_id": stored.pk if stored else None, "retryable": True},
                 status=status.HTTP_503_SERVICE_UNAVAILABLE,
             )
-        return Response(
-            {
-                "session_id": result.session.pk,
-                "reply": result.reply,
-                "path": result.path,
-                "model": result.model,
-                "usage": {
-                    "input_tokens": result.input_tokens,
-                    "output_tokens": result.output_tokens,
-                },
-            }
-        )
+        wants_stream = params["stream"] or "text/event-stream" in request.headers.get("Accept", "")
+        if wants_stream:
+            return StreamingHttpResponse(
+                _sse(turn.events),
+                content_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        for event in turn:
+            if isinstance(event, Failed):
+                return _failed_answer(event)
+            if isinstance(event, Done):
+                return Response(
+                    {
+                        "session_id": event.session_id,
+                        "reply": event.reply,
+                        "path": event.path,
+                        "model": event.model,
+                        "usage": {
+                            "input_tokens": event.input_tokens,
+                            "output_tokens": event.output_tokens,
+                        },
+                    }
+                )
+        raise RuntimeError("a turn ended without done or error")
 
 
 class ContextApi(APIView):
@@ -183,40 +229,28 @@ class ContextApi(APIView):
     )
     def get(self, request):
         """Exactly what the next turn would send, without storing or changing anything."""
-        message = request.query_params.get("message", "")
         session = None
         if request.query_params.get("session_id"):
             session = session_or_404(request, request.query_params["session_id"])
         try:
-            text, mode, path, _model = turn_prepare(
+            plan = turn_plan(
+                owner=request.user,
                 session=session,
-                text=message,
+                text=request.query_params.get("message", ""),
                 mode=request.query_params.get("mode"),
                 path=request.query_params.get("path"),
-                model=None,
+                channel=ChatSession.Channel.API,
             )
         except TurnInputError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
-        if session is None:
+        if session is None:  # not stored: lazy persistence writes a session with its message
             session = session_services.session_start(
-                owner=request.user, mode=mode, channel=ChatSession.Channel.API
+                owner=request.user, mode=plan.mode, channel=ChatSession.Channel.API
             )
-        system = build_system(
-            owner=request.user,
-            mode=mode,
-            path=path,
-            text=text,
-            session_id=session.pk if session.is_persisted else None,
-            mark_accessed=False,
-            # Not stored yet, so the session's last user message is the previous turn.
-            previous=last_user_message(session),
-        )
-        context = build_context(
-            session=session, current_input=text, exclude_fact_ids=[fact.pk for fact in system.facts]
-        )
+        system, context = turn_prompt(plan=plan, session=session, stored=False)
         return Response(
             {
-                "path": path,
+                "path": plan.path,
                 "system": system.text,
                 "messages": [{"role": m.role, "content": m.content} for m in context],
             }

@@ -1,14 +1,15 @@
 """The console: a conversation at the terminal, with the original CLI's slash commands.
 
 On a terminal it has line editing and history (prompt_toolkit) and renders replies as Markdown
-(rich); on a pipe it reads and writes plain lines, so it can be scripted. Each message goes
-through the same turn service as the API and Lark.
+(rich) while they are written; on a pipe it reads and writes plain lines, so it can be
+scripted. Each message goes through the same turn as the API and Lark (agent_app.turn): the
+console prints its deltas as they arrive. Ctrl-C while the model writes stops that reply;
+what was shown is kept as the reply, marked interrupted, and the console goes on.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -17,7 +18,17 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 
 import llm
-from agent_app.services import TurnInputError, TurnResult, session_finish
+from agent_app.lifecycle import session_finish
+from agent_app.turn import (
+    Delta,
+    Done,
+    Failed,
+    TurnInputError,
+    model_choose,
+    turn_interrupted,
+    turn_plan,
+    turn_start,
+)
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
 from sessions_app.errors import SessionError
@@ -40,8 +51,6 @@ OFFLINE_NOTE = (
 # How many earlier messages to show when a session is resumed.
 RESUME_TAIL = 6
 
-Turn = Callable[..., TurnResult]
-
 
 class PlainIO:
     """A pipe: plain lines in, plain lines out."""
@@ -60,6 +69,17 @@ class PlainIO:
     def reply(self, text: str) -> None:
         self.say(text)
 
+    def reply_delta(self, text: str) -> None:
+        """A piece of the reply, as the model writes it."""
+        self.stdout.write(text)
+        self.stdout.flush()
+
+    def reply_end(self, shown: str) -> None:
+        """The reply is over (finished, failed or stopped); `shown` is all that was printed."""
+        if shown:
+            self.stdout.write("\n")
+            self.stdout.flush()
+
 
 class TerminalIO(PlainIO):
     """A terminal: prompt_toolkit for editing and history, rich for Markdown replies."""
@@ -73,6 +93,8 @@ class TerminalIO(PlainIO):
         history.parent.mkdir(parents=True, exist_ok=True)
         self.prompt = PromptSession(history=FileHistory(str(history)))
         self.rich = RichConsole(file=stdout)
+        self.live = None  # the reply being written, redrawn in place
+        self.live_text = ""
 
     def read(self) -> str | None:
         while True:
@@ -88,26 +110,46 @@ class TerminalIO(PlainIO):
 
         self.rich.print(Markdown(text))
 
+    def reply_delta(self, text: str) -> None:
+        # The Markdown so far, redrawn in place as it grows (rich's Live display).
+        from rich.live import Live
+        from rich.markdown import Markdown
+
+        if self.live is None:
+            self.live = Live(console=self.rich, refresh_per_second=12, vertical_overflow="visible")
+            self.live.start()
+            self.live_text = ""
+        self.live_text += text
+        self.live.update(Markdown(self.live_text))
+
+    def reply_end(self, shown: str) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
 
 @dataclass
 class Console:
     owner: AbstractBaseUser
-    turn: Turn
     io: PlainIO
-    model: str = ""
+    # --model, if given; otherwise the one rule of agent_app.turn.model_choose decides (the
+    # session's model, the person's own setting, ETHAN_MODEL, a provider with a key, offline).
+    explicit_model: str | None = None
     mode: str = ChatSession.Mode.WORK
     session: ChatSession = field(init=False)
 
     def __post_init__(self) -> None:
-        self.model = self.model or llm.default_model()
         self.session = self._new_session()
 
+    @property
+    def model(self) -> str:
+        """The model the next message goes to."""
+        return model_choose(owner=self.owner, session=self.session, explicit=self.explicit_model)
+
     def _new_session(self) -> ChatSession:
+        # No model yet: the turn's plan writes the one it chose with the first message.
         return services.session_start(
-            owner=self.owner,
-            model=self.model,
-            mode=self.mode,
-            channel=ChatSession.Channel.CONSOLE,
+            owner=self.owner, mode=self.mode, channel=ChatSession.Channel.CONSOLE
         )
 
     def say(self, text: str) -> None:
@@ -130,9 +172,10 @@ class Console:
         session_finish(session=self.session)
 
     def run(self) -> None:
+        model = self.model
         if not self.session.is_persisted:
-            self.say(f"Ethan ({self.model}): new session {self.session.id}. /help for commands.")
-        if llm.provider_for(self.model) == "offline":
+            self.say(f"Ethan ({model}): new session {self.session.id}. /help for commands.")
+        if llm.provider_for(model) == "offline":
             self.say(OFFLINE_NOTE)
         try:
             while True:
@@ -154,17 +197,17 @@ class Console:
 
     def chat(self, text: str) -> None:
         try:
-            result = self.turn(
+            plan = turn_plan(
                 owner=self.owner,
                 session=self.session,
                 text=text,
                 mode=self.mode,
-                model=self.model,
+                model=self.explicit_model,
                 channel=ChatSession.Channel.CONSOLE,
             )
+            turn = turn_start(plan)
         except KeyboardInterrupt:
-            # Ctrl-C during the model call: the call is abandoned, the message is kept.
-            self.say(f"(cancelled; your message is saved in {self.session.id})")
+            self.say("(cancelled; nothing was saved)")
             return
         except services.SessionBusy:
             # Another client (a second console, the API) is mid-turn on this session.
@@ -173,20 +216,43 @@ class Console:
                 "your message was not saved: send it again"
             )
             return
-        except (TurnInputError, llm.ModelError, DatabaseError) as exc:
-            # A database error is named in one line, not dumped: the console stays open.
-            prefix = "Error: the database failed: " if isinstance(exc, DatabaseError) else "Error: "
-            first_line = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
-            self.say(f"{prefix}{first_line}")
-            stored = getattr(exc, "session", None)  # set once the message is committed
-            if stored is not None:
-                self.say(f"(your message is saved in {stored.id})")
+        except (TurnInputError, DatabaseError) as exc:
+            self._error(exc)
             return
-        self.session = result.session
-        if result.reply:
-            self.io.reply(result.reply)
-        # Memory work queued by this turn runs now that the reply is on screen (embedded mode).
-        run_deferred()
+        self.session = turn.session
+        shown = ""
+        try:
+            for event in turn:
+                if isinstance(event, Delta):
+                    shown += event.text
+                    self.io.reply_delta(event.text)
+                elif isinstance(event, Failed):
+                    self.io.reply_end(shown)
+                    self.say(f"Error: {first_line(event.detail)}")
+                    self.say(f"(your message is saved in {event.session_id})")
+                    return
+                elif isinstance(event, Done):
+                    self.io.reply_end(shown)
+                    if event.reply and not shown:  # a reply that came in one piece
+                        self.io.reply(event.reply)
+        except KeyboardInterrupt:
+            # Ctrl-C while the model writes: that reply stops, what was shown is kept.
+            turn.close()
+            self.io.reply_end(shown)
+            turn_interrupted(session=turn.session, shown=shown)
+            if shown:
+                self.say(f"(stopped; the reply so far is saved in {turn.session.id})")
+            else:
+                self.say(f"(cancelled; your message is saved in {turn.session.id})")
+            return
+        finally:
+            # Memory work queued by this turn runs now that the reply is on screen.
+            run_deferred()
+
+    def _error(self, exc: Exception) -> None:
+        # A database error is named in one line, not dumped: the console stays open.
+        prefix = "Error: the database failed: " if isinstance(exc, DatabaseError) else "Error: "
+        self.say(f"{prefix}{first_line(str(exc)) or type(exc).__name__}")
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave."""
@@ -221,6 +287,10 @@ class Console:
         run_deferred()
         if self.session.is_persisted:
             self.say(f"Saved as {self.session.id}. Resume with: ethan -r {self.session.id}")
+
+
+def first_line(text: str) -> str:
+    return next(iter(text.strip().splitlines()), "")
 
 
 def make_io(stdin: TextIO, stdout: TextIO, home: Path) -> PlainIO:

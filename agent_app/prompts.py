@@ -18,7 +18,6 @@ from agent_app.paths import SETTINGS
 from episodes_app import selectors as episode_selectors
 from episodes_app.models import Episode
 from memory_app import selectors as memory_selectors
-from memory_app import services as memory_services
 from memory_app.models import Fact
 from profile_app import selectors as profile_selectors
 from sessions_app.models import ChatSession
@@ -87,12 +86,12 @@ def build_system(
     path: str,
     text: str = "",
     session_id: str | None = None,
-    mark_accessed: bool = True,
     previous: str = "",
 ) -> SystemPrompt:
     """Persona, rules, the most trusted facts, (full/medium) the profile and (full) the past
     episodes relevant to `text`. Four queries for the first four blocks (three on fast), and one
-    for recall on the full path."""
+    for recall on the full path. It reads only: marking the injected facts as used is a step
+    of the turn (agent_app.turn), so a preview (GET /api/context) changes nothing."""
     settings = SETTINGS[path]
     parts = [PERSONA_COMPANION if mode == ChatSession.Mode.COMPANION else PERSONA_WORK]
 
@@ -108,8 +107,6 @@ def build_system(
     if facts:
         lines = "\n".join(_fact_line(fact) for fact in facts)
         parts.append(f"<memory_context>\n{lines}\n</memory_context>")
-        if mark_accessed:  # a preview (GET /api/context) changes nothing
-            memory_services.facts_mark_injected(facts=facts)
 
     profile_used = False
     if settings.profile:

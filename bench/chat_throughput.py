@@ -113,7 +113,7 @@ def measure(stack: BenchStack, concurrency: int, seconds: float, next_request) -
 
 def profile_turns(owner, turns: int) -> str:
     """cProfile over `turns` in-process turns on one session: where a turn's time goes."""
-    from agent_app.services import turn_run
+    from agent_app.turn import turn_run
     from sessions_app.models import ChatSession
 
     session = None

@@ -7,7 +7,7 @@ and cold facts form as they do in real use (MemoryConfig from settings: hot 10, 
 capacity 20 by default). The user's messages are generated from templates with a seeded random:
 Chinese and English, short and long, small talk, plans, preferences and memory instructions.
 Tokens are the project's estimate (llm.estimate_tokens) of the system prompt and the messages
-that llm.complete really receives on the round's first model call; the baseline is the same
+that llm.stream really receives on the round's first model call; the baseline is the same
 system prompt and every message of the session so far, verbatim.
 
 The offline model answers in a sentence or two, far shorter than a real model, which makes
@@ -227,28 +227,27 @@ def run_rounds(
     from django.contrib.auth import get_user_model
 
     import llm
-    from agent_app.services import turn_run
+    from agent_app.turn import turn_run
     from ethan_site.queue import run_deferred
     from llm.tokens import estimate_tokens
     from sessions_app.models import Message
 
     owner = get_user_model().objects.create_user(username=username)
     rng = random.Random(seed)
-    real_complete = llm.complete
+    real_stream = llm.stream
     calls: list[dict] = []
 
-    def capturing_complete(**kwargs):
-        # agent_app.services calls llm.complete through the module, so this sees the real
-        # arguments of every chat call; the consolidator's calls (other tasks) are skipped.
-        if kwargs.get("task", "chat") == "chat":
-            calls.append(kwargs)
-        return real_complete(**kwargs)
+    def capturing_stream(**kwargs):
+        # agent_app.turn calls llm.stream through the module, so this sees the real arguments
+        # of every chat call (the consolidator's memory work does not stream).
+        calls.append(kwargs)
+        return real_stream(**kwargs)
 
     measured: list[RoundTokens] = []
     stored = 0  # tokens of the messages stored before this round's user message
     stored_through = 0  # their last seq
     session = None
-    llm.complete = capturing_complete
+    llm.stream = capturing_stream
     try:
         for number in range(1, rounds + 1):
             text = user_message(rng)
@@ -275,7 +274,7 @@ def run_rounds(
             stored += sum(map(estimate_tokens, new.values_list("content", flat=True)))
             stored_through = session.last_seq
     finally:
-        llm.complete = real_complete
+        llm.stream = real_stream
     return measured
 
 
@@ -377,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{config.warm_capacity}. User messages from seeded templates (seed {args.seed}): "
             f"half Chinese, half English; acknowledgements, ordinary turns, long multi-step "
             f"ones and a few memory instructions. Tokens: llm.estimate_tokens of the system "
-            f"prompt plus the messages the round's first llm.complete call received; full "
+            f"prompt plus the messages the round's first llm.stream call received; full "
             f"history: the same system prompt plus every stored message of the session so far "
             f"(tool steps included), verbatim. {took:.0f} s.",
             "",

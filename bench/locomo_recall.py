@@ -165,7 +165,7 @@ def load_conversation(sample: dict[str, Any], index: int, observations: bool) ->
 
 def consolidate(loaded: Loaded) -> None:
     """What production does after the turns and at the end of each session (offline model)."""
-    from agent_app.tasks import write_episode
+    from agent_app.lifecycle import write_episode
     from memory_app.consolidator import consolidation_run
     from sessions_app.models import ChatSession
 
@@ -184,9 +184,7 @@ def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str],
     from sessions_app.services import session_start
 
     with override_settings(ETHAN_INJECTION=mode):
-        system = build_system(
-            owner=loaded.owner, mode="work", path="full", text=question, mark_accessed=False
-        )
+        system = build_system(owner=loaded.owner, mode="work", path="full", text=question)
     context = build_context(session=session_start(owner=loaded.owner), current_input=question)
     reached = {
         loaded.message_turn[f.message_id]

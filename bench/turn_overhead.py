@@ -226,29 +226,32 @@ class Samples:
 
 
 class TurnTimer:
-    """Runs one turn at a time, timing turn_run and, inside it, the model (llm.complete)."""
+    """Runs one turn at a time, timing turn_run and, inside it, the model (llm.stream, from
+    the call to its last event)."""
 
     def __init__(self) -> None:
         import llm
 
         self.llm = llm
-        self.real_complete = llm.complete
+        self.real_stream = llm.stream
         self.model_s = 0.0
 
     def __enter__(self) -> TurnTimer:
-        def timed_complete(**kwargs):
-            # agent_app.services calls llm.complete through the module: this wrapper sees it.
+        def timed_stream(**kwargs):
+            # agent_app.turn calls llm.stream through the module: this wrapper sees it. The
+            # time between events is the model's; the turn's own work between them is not
+            # counted here (the offline model's events follow each other at once).
             started = time.perf_counter()
             try:
-                return self.real_complete(**kwargs)
+                yield from self.real_stream(**kwargs)
             finally:
                 self.model_s += time.perf_counter() - started
 
-        self.llm.complete = timed_complete
+        self.llm.stream = timed_stream
         return self
 
     def __exit__(self, *exc) -> None:
-        self.llm.complete = self.real_complete
+        self.llm.stream = self.real_stream
 
     def turn(self, *, owner, session, text: str, samples: Samples | None):
         """One turn of `session`; its numbers go to `samples` (None: a warm-up turn). The
@@ -257,7 +260,7 @@ class TurnTimer:
         from django.db import connection, reset_queries
         from django.test.utils import CaptureQueriesContext
 
-        from agent_app.services import turn_run
+        from agent_app.turn import turn_run
         from ethan_site.queue import run_deferred
 
         # The query log is a bounded deque: once full, CaptureQueriesContext counts nothing.
@@ -375,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             f"the largest store so extraction does not evict it. Only turn_run is timed: the "
             f"deferred consolidation (embedded mode) runs after each turn with "
             f"ethan_site.queue.run_deferred(), outside the timed part. model: the time spent "
-            f"in llm.complete; overhead: turn minus model. Queries: SQL per turn "
+            f"in llm.stream; overhead: turn minus model. Queries: SQL per turn "
             f"(CaptureQueriesContext around turn_run). Whole run {took:.0f} s.",
             "",
             "| history messages | active facts | path | turns | turn p50 ms | turn p95 ms "

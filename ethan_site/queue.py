@@ -9,19 +9,57 @@ response has been sent: the person never waits for memory work, and a laptop nee
 A failing deferred task is logged and does not take the process down; the work it would have
 done is picked up again the next time its trigger fires (tasks are idempotent by design, and
 Celery's retry loop is not used in-process).
+
+Every task is declared with `@ethan_task(name=...)`, which gives it the one retry policy below.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from celery import Task
+from celery import Task, shared_task
 from django.conf import settings
 from django.db import transaction
 
+from llm.errors import ModelUnavailable
+
 log = logging.getLogger(__name__)
+
+# The options every task shares: one policy, so a task cannot drift from the others.
+TASK_POLICY: dict[str, Any] = {
+    # Acknowledged when it finishes, not when it arrives: a worker killed mid-task has it
+    # redelivered, which is safe because every task claims its work with a conditional update
+    # or writes with update_or_create. (Also the global CELERY_TASK_ACKS_LATE; said here too so
+    # the whole policy reads in one place.)
+    "acks_late": True,
+    # Only a provider that is down or rate-limiting is retried (after llm's own quick retries):
+    # it comes back by itself. Anything else (a bug, a bad row) fails the same way every time,
+    # so it is logged once instead; the periodic sweeps pick up what that left undone.
+    "autoretry_for": (ModelUnavailable,),
+    # Exponential backoff, 1 s doubling per attempt: a short outage is ridden out in seconds.
+    "retry_backoff": True,
+    # The ceiling of one countdown. settings.CELERY_BROKER_TRANSPORT_OPTIONS sets Redis's
+    # visibility_timeout above the task time limit plus this, so a task waiting to retry is
+    # never handed to a second worker.
+    "retry_backoff_max": 600,
+    # A random countdown up to the backoff: the tasks an outage failed together do not all
+    # come back in the same second and knock the provider over again.
+    "retry_jitter": True,
+    # Five retries (countdowns of at most 1, 2, 4, 8 and 16 s): an outage longer than that
+    # fails the task, logged, rather than holding its message for minutes; consolidation left
+    # undone is picked up by the memory.catch_up sweep and the session's next turn.
+    "max_retries": 5,
+}
+
+
+def ethan_task(*, name: str) -> Callable[[Callable[..., Any]], Task]:
+    """Declare a Celery task with the shared policy. `name` is its stable name: the beat
+    schedule (ethan_site.schedule), the queue routes and messages already queued use it."""
+    return shared_task(name=name, **TASK_POLICY)
+
 
 _local = threading.local()
 

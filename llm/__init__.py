@@ -1,8 +1,8 @@
-"""Ethan's model layer: provider-neutral types, one `complete()` entry point, four providers
-(openai, anthropic, gemini, offline), compression-model routing, structured output and a token
-estimate. Plain Python: nothing here imports Django."""
+"""Ethan's model layer: provider-neutral types, `stream()` and `complete()` (the same stream,
+drained), four providers (openai, anthropic, gemini, offline), compression-model routing,
+structured output and a token estimate. Plain Python: nothing here imports Django."""
 
-from llm.client import complete
+from llm.client import complete, stream
 from llm.config import check_model, compression_model, configure, default_model
 from llm.errors import (
     ModelAuthError,
@@ -14,7 +14,16 @@ from llm.errors import (
 )
 from llm.routing import compression_model_for, provider_for
 from llm.tokens import estimate_tokens
-from llm.types import Completion, Message, ToolCall, ToolSpec, Usage
+from llm.types import (
+    Completion,
+    Message,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = [
     "Completion",
@@ -25,6 +34,9 @@ __all__ = [
     "ModelOutputError",
     "ModelRequestError",
     "ModelUnavailable",
+    "StreamEnd",
+    "StreamEvent",
+    "TextDelta",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -36,4 +48,5 @@ __all__ = [
     "default_model",
     "estimate_tokens",
     "provider_for",
+    "stream",
 ]

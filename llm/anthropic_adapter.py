@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -11,9 +12,9 @@ import httpx2
 
 from llm import config
 from llm.errors import ModelError, ModelUnavailable
-from llm.provider import Request, retry_after_seconds, status_error
+from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import ANTHROPIC
-from llm.types import Completion, Message, ToolCall, Usage
+from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
 
 @functools.lru_cache(maxsize=16)
@@ -56,7 +57,7 @@ def to_wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
 class AnthropicProvider:
     name = ANTHROPIC
 
-    def complete(self, request: Request) -> Completion:
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
         settings = config.current()
         client = _client(
             config.api_key(ANTHROPIC, request.model, settings.env),
@@ -67,6 +68,7 @@ class AnthropicProvider:
             "model": request.model,
             "max_tokens": request.max_tokens,
             "messages": to_wire_messages(request.messages),
+            "stream": True,
         }
         if request.system:
             kwargs["system"] = request.system
@@ -76,37 +78,104 @@ class AnthropicProvider:
                 for t in request.tools
             ]
         started = time.perf_counter()
-        response = client.messages.create(**kwargs)
+        # Content blocks by index: text grows by text_delta, a tool_use's input by
+        # input_json_delta (pieces of one JSON object, parsed at the end).
+        blocks: dict[int, dict[str, Any]] = {}
+        input_tokens = output_tokens = 0
+        stop_reason: str | None = None
+        with client.messages.create(**kwargs) as events:
+            for event in events:
+                if event.type == "message_start":
+                    # The prompt's count comes first; output_tokens here is only a start.
+                    input_tokens = event.message.usage.input_tokens
+                    output_tokens = event.message.usage.output_tokens
+                elif event.type == "content_block_start":
+                    block = event.content_block
+                    if block.type == "text":
+                        blocks[event.index] = {"type": "text", "text": [block.text]}
+                        if block.text:
+                            yield TextDelta(block.text)
+                    elif block.type == "tool_use":
+                        blocks[event.index] = {
+                            "type": "tool_use",
+                            "id": block.id,
+                            "name": block.name,
+                            "input": dict(block.input or {}),
+                            "json": [],
+                        }
+                elif event.type == "content_block_delta":
+                    block = blocks.get(event.index)
+                    if block is None:
+                        continue  # a kind of block Ethan does not use (thinking)
+                    if event.delta.type == "text_delta" and block["type"] == "text":
+                        block["text"].append(event.delta.text)
+                        if event.delta.text:
+                            yield TextDelta(event.delta.text)
+                    elif event.delta.type == "input_json_delta" and block["type"] == "tool_use":
+                        block["json"].append(event.delta.partial_json)
+                elif event.type == "message_delta":
+                    # Cumulative counts for the whole message.
+                    stop_reason = event.delta.stop_reason or stop_reason
+                    output_tokens = event.usage.output_tokens
+                    if event.usage.input_tokens is not None:
+                        input_tokens = event.usage.input_tokens
         latency = (time.perf_counter() - started) * 1000
+        if stop_reason is None:
+            raise ModelUnavailable(f"anthropic {request.model!r}: the stream ended unfinished")
         texts, calls = [], []
-        for block in response.content:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use":
-                calls.append(ToolCall(id=block.id, name=block.name, arguments=dict(block.input)))
-        return Completion(
+        for _index, block in sorted(blocks.items()):
+            if block["type"] == "text":
+                texts.append("".join(block["text"]))
+            else:
+                raw = "".join(block["json"])
+                calls.append(
+                    ToolCall(
+                        id=block["id"],
+                        name=block["name"],
+                        arguments=parse_arguments(raw) if raw else block["input"],
+                    )
+                )
+        completion = Completion(
             text="".join(texts),
             tool_calls=tuple(calls),
-            usage=Usage(
-                input_tokens=response.usage.input_tokens, output_tokens=response.usage.output_tokens
-            ),
+            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
             model=request.model,
             provider=ANTHROPIC,
             latency_ms=latency,
-            meta={"stop_reason": response.stop_reason},
+            meta={"stop_reason": stop_reason},
         )
+        yield StreamEnd(completion)
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         if isinstance(exc, anthropic.APIStatusError):
             body = exc.body if isinstance(exc.body, dict) else {}
             error = body.get("error", {}) if isinstance(body.get("error"), dict) else {}
             detail = str(error.get("message", "")) or exc.message
-            typed = status_error("anthropic", model, exc.status_code, detail, "ANTHROPIC_API_KEY")
+            status = exc.status_code
+            if status < 400:
+                # An `event: error` inside a stream that began with HTTP 200: the SDK raises it
+                # with that 200, so the error's type says what happened.
+                status = _STREAM_ERROR_STATUS.get(str(error.get("type", "")), 500)
+            typed = status_error("anthropic", model, status, detail, "ANTHROPIC_API_KEY")
             return typed, retry_after_seconds(exc.response.headers)
         if isinstance(exc, anthropic.APITimeoutError | httpx2.TimeoutException):
             return ModelUnavailable(f"anthropic {model!r}: the request timed out"), None
         if isinstance(exc, anthropic.APIConnectionError | httpx2.TransportError):
             return ModelUnavailable(
-                f"anthropic {model!r}: cannot connect ({type(exc).__name__})"
+                f"anthropic {model!r}: connection failed ({type(exc).__name__})"
             ), None
         raise exc
+
+
+# The HTTP status each error type of Anthropic's error events stands for.
+_STREAM_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}

@@ -1,15 +1,17 @@
-"""The one entry point: complete(model=, system=, messages=, tools=, max_tokens=)."""
+"""The entry points: stream(...) yields the answer as it is written; complete(...) is the same
+stream drained to its final Completion. One path for both, so they cannot drift."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from llm import config
+from llm.errors import ModelUnavailable
 from llm.provider import Provider, Request
-from llm.retry import call_with_retries
+from llm.retry import stream_with_retries
 from llm.routing import ANTHROPIC, GEMINI, OFFLINE, OPENAI, provider_for
-from llm.types import Completion, Message, ToolSpec
+from llm.types import Completion, Message, StreamEnd, StreamEvent, ToolSpec
 
 
 @functools.cache
@@ -34,6 +36,50 @@ def get_provider(name: str) -> Provider:
     raise KeyError(name)
 
 
+def stream(
+    *,
+    model: str | None = None,
+    system: str = "",
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    max_tokens: int = 1024,
+    timeout: float | None = None,
+    json_mode: bool = False,
+    task: str = "chat",
+) -> Iterator[StreamEvent]:
+    """The answer of `model` (default: config.default_model()) as it is written: TextDelta
+    events, then one StreamEnd carrying the whole Completion (tool calls arrive only there).
+
+    An unknown model or a missing key raises ModelConfigError here, before any request. The
+    other failures come while iterating: ModelAuthError, ModelRequestError, or ModelUnavailable
+    once rate limits, 5xx answers or timeouts before the first delta outlast the retries. A
+    failure after the first delta is raised at once (typed, never retried): the consumer may
+    already have shown the text.
+    """
+    settings = config.current()
+    model = model or config.default_model(settings)
+    provider = get_provider(provider_for(model))
+    config.check_model(model, settings)
+    request = Request(
+        model=model,
+        system=system,
+        messages=tuple(messages),
+        tools=tuple(tools),
+        max_tokens=max_tokens,
+        timeout=timeout if timeout is not None else settings.timeout,
+        json_mode=json_mode,
+        task=task,
+    )
+    return stream_with_retries(
+        lambda: provider.stream(request),
+        translate=lambda exc: provider.translate(exc, model),
+        retries=settings.retries,
+        base=settings.backoff_base,
+        cap=settings.backoff_cap,
+        label=f"{provider.name} {model}",
+    )
+
+
 def complete(
     *,
     model: str | None = None,
@@ -45,29 +91,32 @@ def complete(
     json_mode: bool = False,
     task: str = "chat",
 ) -> Completion:
-    """One completion from `model` (default: config.default_model()), with bounded retries.
+    """One completion from `model`: `stream(...)` drained, with the same retries and errors.
 
     Raises ModelConfigError (no key, unknown model), ModelAuthError, ModelRequestError, or
     ModelUnavailable once rate limits, 5xx answers or timeouts outlast the retries.
     """
-    settings = config.current()
-    model = model or config.default_model(settings)
-    provider = get_provider(provider_for(model))
-    request = Request(
+    events = stream(
         model=model,
         system=system,
-        messages=tuple(messages),
-        tools=tuple(tools),
+        messages=messages,
+        tools=tools,
         max_tokens=max_tokens,
-        timeout=timeout if timeout is not None else settings.timeout,
+        timeout=timeout,
         json_mode=json_mode,
         task=task,
     )
-    return call_with_retries(
-        lambda: provider.complete(request),
-        translate=lambda exc: provider.translate(exc, model),
-        retries=settings.retries,
-        base=settings.backoff_base,
-        cap=settings.backoff_cap,
-        label=f"{provider.name} {model}",
-    )
+    return drain(events)
+
+
+def drain(events: Iterator[StreamEvent]) -> Completion:
+    """The Completion at the end of a stream (the deltas are in its text already)."""
+    try:
+        for event in events:
+            if isinstance(event, StreamEnd):
+                return event.completion
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    raise ModelUnavailable("the model's stream ended without its final completion")

@@ -11,6 +11,7 @@ import base64
 import functools
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -22,7 +23,7 @@ from llm import config
 from llm.errors import ModelError, ModelUnavailable
 from llm.provider import Request, status_error
 from llm.routing import GEMINI
-from llm.types import Completion, Message, ToolCall, Usage
+from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
 
 @functools.lru_cache(maxsize=16)
@@ -83,7 +84,7 @@ def to_wire_contents(messages: tuple[Message, ...]) -> list[types.Content]:
 class GeminiProvider:
     name = GEMINI
 
-    def complete(self, request: Request) -> Completion:
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
         settings = config.current()
         client = _client(
             config.api_key(GEMINI, request.model, settings.env),
@@ -95,6 +96,9 @@ class GeminiProvider:
             max_output_tokens=request.max_tokens,
             # The tool loop is ours: the SDK must not run Python functions by itself.
             automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+            # Retries are ours too: the SDK would otherwise send the request again by itself
+            # when a stream ends early, which after the first delta would repeat the answer.
+            automatic_continuation=False,
         )
         if request.tools:
             generate_config.tools = [
@@ -112,13 +116,48 @@ class GeminiProvider:
         if request.json_mode:
             generate_config.response_mime_type = "application/json"
         started = time.perf_counter()
-        response = client.models.generate_content(
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        usage: types.GenerateContentResponseUsageMetadata | None = None
+        finish: Any = None
+        blocked = False
+        # Each chunk is a GenerateContentResponse with the next parts; function calls come
+        # whole, in one part each, with their signatures; usage is a running total.
+        chunks = client.models.generate_content_stream(
             model=request.model,
             contents=to_wire_contents(request.messages),
             config=generate_config,
         )
+        for chunk in chunks:
+            if chunk.usage_metadata is not None:
+                usage = chunk.usage_metadata
+            blocked = blocked or chunk.prompt_feedback is not None
+            candidate = chunk.candidates[0] if chunk.candidates else None
+            if candidate is None:
+                continue
+            finish = candidate.finish_reason or finish
+            for part in (candidate.content.parts or []) if candidate.content else []:
+                if part.function_call is not None:
+                    calls.append(_tool_call(part))
+                elif part.text and not part.thought:
+                    texts.append(part.text)
+                    yield TextDelta(part.text)
         latency = (time.perf_counter() - started) * 1000
-        return _completion(request.model, response, latency)
+        if finish is None and not blocked:
+            raise ModelUnavailable(f"gemini {request.model!r}: the stream ended unfinished")
+        completion = Completion(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=Usage(
+                input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+                output_tokens=(usage.candidates_token_count or 0) if usage else 0,
+            ),
+            model=request.model,
+            provider=GEMINI,
+            latency_ms=latency,
+            meta={"finish_reason": str(finish) if finish else None},
+        )
+        yield StreamEnd(completion)
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         if isinstance(exc, genai_errors.APIError):
@@ -133,44 +172,23 @@ class GeminiProvider:
             return ModelUnavailable(f"gemini {model!r}: the request timed out"), None
         if isinstance(exc, httpx2.TransportError):
             return ModelUnavailable(
-                f"gemini {model!r}: cannot connect ({type(exc).__name__})"
+                f"gemini {model!r}: connection failed ({type(exc).__name__})"
             ), None
         raise exc
 
 
-def _completion(model: str, response: types.GenerateContentResponse, latency: float) -> Completion:
-    texts: list[str] = []
-    calls: list[ToolCall] = []
-    candidate = response.candidates[0] if response.candidates else None
-    parts = (candidate.content.parts or []) if candidate and candidate.content else []
-    for part in parts:
-        if part.function_call is not None:
-            meta: dict[str, Any] = {}
-            if part.function_call.id:
-                meta["gemini_id"] = True
-            if part.thought_signature:
-                meta["thought_signature"] = base64.b64encode(part.thought_signature).decode()
-            calls.append(
-                ToolCall(
-                    id=part.function_call.id or f"call_{uuid.uuid4().hex[:12]}",
-                    name=part.function_call.name or "",
-                    arguments=dict(part.function_call.args or {}),
-                    meta=meta or None,
-                )
-            )
-        elif part.text and not part.thought:
-            texts.append(part.text)
-    usage = response.usage_metadata
-    finish = candidate.finish_reason if candidate else None
-    return Completion(
-        text="".join(texts),
-        tool_calls=tuple(calls),
-        usage=Usage(
-            input_tokens=(usage.prompt_token_count or 0) if usage else 0,
-            output_tokens=(usage.candidates_token_count or 0) if usage else 0,
-        ),
-        model=model,
-        provider=GEMINI,
-        latency_ms=latency,
-        meta={"finish_reason": str(finish) if finish else None},
+def _tool_call(part: types.Part) -> ToolCall:
+    """A function call part as a ToolCall; its signature (base64) and whether Gemini gave the
+    id travel in meta, to be sent back unchanged (see _call_part)."""
+    call = part.function_call
+    meta: dict[str, Any] = {}
+    if call.id:
+        meta["gemini_id"] = True
+    if part.thought_signature:
+        meta["thought_signature"] = base64.b64encode(part.thought_signature).decode()
+    return ToolCall(
+        id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+        name=call.name or "",
+        arguments=dict(call.args or {}),
+        meta=meta or None,
     )

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,7 @@ from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import language_of, overlap, sentences
 from llm.tokens import estimate_tokens
-from llm.types import Completion, Message, ToolCall, Usage
+from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
 # --- memory instructions (chat) ----------------------------------------------------------------
 
@@ -177,7 +178,16 @@ def _categorise(text: str) -> tuple[str, float]:
 class OfflineProvider:
     name = OFFLINE
 
-    def complete(self, request: Request) -> Completion:
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
+        """The reply in small pieces (a word, or a few CJK characters, per delta) so every
+        channel's streaming code runs with no key; tool calls come in the final Completion."""
+        completion = self.answer(request)
+        for piece in pieces(completion.text):
+            yield TextDelta(piece)
+        yield StreamEnd(completion)
+
+    def answer(self, request: Request) -> Completion:
+        """The whole answer at once (the offline model has nothing to wait for)."""
         started = time.perf_counter()
         if request.task == "summarize":
             text, calls = summarize(_transcript_turns(request.messages)), ()
@@ -207,6 +217,16 @@ class OfflineProvider:
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         raise exc  # nothing to translate: the offline model does not fail by itself
+
+
+# A word with the spaces before it, or up to three characters of anything else (CJK,
+# punctuation), or the trailing spaces: the pieces always join back into the text.
+_PIECE = re.compile(r"\s*[A-Za-z0-9'’_-]+|\s*[^\sA-Za-z0-9'’_-]{1,3}|\s+$")
+
+
+def pieces(text: str) -> list[str]:
+    """The text as the offline model streams it."""
+    return _PIECE.findall(text)
 
 
 # --- chat ----------------------------------------------------------------------------------------

@@ -6,16 +6,18 @@ from __future__ import annotations
 import functools
 import json
 import time
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import openai
 
 from llm import config
-from llm.errors import ModelError, ModelUnavailable
+from llm.errors import ModelError, ModelRequestError, ModelUnavailable
 from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import OPENAI, wire_model_name
-from llm.types import Completion, Message, ToolCall, Usage
+from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
 
 @functools.lru_cache(maxsize=16)
@@ -59,7 +61,7 @@ def to_wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[st
 class OpenAIProvider:
     name = OPENAI
 
-    def complete(self, request: Request) -> Completion:
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
         settings = config.current()
         client = _client(
             config.api_key(OPENAI, request.model, settings.env),
@@ -70,6 +72,10 @@ class OpenAIProvider:
         kwargs: dict[str, Any] = {
             "model": wire_model_name(request.model),
             "messages": to_wire_messages(request.system, request.messages),
+            "stream": True,
+            # Without this the stream carries no token counts; with it, one last chunk does
+            # (no choices, only usage) before `data: [DONE]`.
+            "stream_options": {"include_usage": True},
         }
         # OpenAI's own reasoning models take max_completion_tokens only; compatible servers
         # (Ollama, vLLM) know max_tokens.
@@ -89,24 +95,52 @@ class OpenAIProvider:
         if request.json_mode and native:
             kwargs["response_format"] = {"type": "json_object"}
         started = time.perf_counter()
-        response = client.chat.completions.create(**kwargs)
+        texts: list[str] = []
+        # Tool calls arrive in pieces keyed by their index: the first piece has the id and the
+        # name, the later ones more of the arguments' JSON string.
+        calls: dict[int, dict[str, Any]] = {}
+        usage: Any = None
+        finish_reason: str | None = None
+        answered = False
+        with client.chat.completions.create(**kwargs) as chunks:
+            for chunk in chunks:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                for choice in chunk.choices:
+                    if choice.index != 0:
+                        continue
+                    answered = True
+                    delta = choice.delta
+                    if delta is not None and delta.content:
+                        texts.append(delta.content)
+                        yield TextDelta(delta.content)
+                    for piece in (delta.tool_calls if delta is not None else None) or []:
+                        call = calls.setdefault(piece.index, {"id": "", "name": "", "args": []})
+                        if piece.id:
+                            call["id"] = piece.id
+                        if piece.function is not None:
+                            call["name"] += piece.function.name or ""
+                            call["args"].append(piece.function.arguments or "")
+                    if choice.finish_reason:
+                        finish_reason = choice.finish_reason
         latency = (time.perf_counter() - started) * 1000
-        if not response.choices:
+        if not answered:
             raise ModelUnavailable(f"openai {request.model!r}: the answer had no choices")
-        choice = response.choices[0]
-        calls = tuple(
+        if finish_reason is None:
+            # A server that closes the stream early without a transport error.
+            raise ModelUnavailable(f"openai {request.model!r}: the stream ended unfinished")
+        tool_calls = tuple(
             ToolCall(
-                id=call.id,
-                name=call.function.name,
-                arguments=parse_arguments(call.function.arguments),
+                id=call["id"] or f"call_{uuid.uuid4().hex[:12]}",
+                name=call["name"],
+                arguments=parse_arguments("".join(call["args"])),
             )
-            for call in (choice.message.tool_calls or [])
-            if getattr(call, "function", None) is not None
+            for _index, call in sorted(calls.items())
+            if call["name"]
         )
-        usage = response.usage
-        return Completion(
-            text=choice.message.content or "",
-            tool_calls=calls,
+        completion = Completion(
+            text="".join(texts),
+            tool_calls=tool_calls,
             usage=Usage(
                 input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
                 output_tokens=getattr(usage, "completion_tokens", 0) or 0,
@@ -114,8 +148,9 @@ class OpenAIProvider:
             model=request.model,
             provider=OPENAI,
             latency_ms=latency,
-            meta={"finish_reason": choice.finish_reason},
+            meta={"finish_reason": finish_reason},
         )
+        yield StreamEnd(completion)
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         if isinstance(exc, openai.APIStatusError):
@@ -125,9 +160,19 @@ class OpenAIProvider:
         if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
             return ModelUnavailable(f"openai {model!r}: the request timed out"), None
         if isinstance(exc, openai.APIConnectionError | httpx2.TransportError):
+            # Mid-stream, the SDK wraps the transport error (a dropped connection) it met.
+            cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) else exc
             return ModelUnavailable(
-                f"openai {model!r}: cannot connect ({type(exc).__name__})"
+                f"openai {model!r}: connection failed ({type(cause or exc).__name__})"
             ), None
+        if isinstance(exc, openai.APIError):
+            # An error event inside a stream that began with HTTP 200: `data: {"error": …}`.
+            body = exc.body if isinstance(exc.body, dict) else {}
+            if body.get("type") == "invalid_request_error":
+                return ModelRequestError(
+                    f"openai rejected the request for {model!r}: {exc.message}"
+                ), None
+            return ModelUnavailable(f"openai {model!r}: error in the stream: {exc.message}"), None
         raise exc
 
 

@@ -1,14 +1,16 @@
-"""What every adapter implements: one attempt at a completion, and a translation of its SDK's
-exceptions into the typed errors (the retry loop lives in llm.client, once for all)."""
+"""What every adapter implements: one attempt at a completion as a stream of events, and a
+translation of its SDK's exceptions into the typed errors (the retry loop lives in llm.retry,
+once for all)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm.errors import ModelError
-from llm.types import Completion, Message, ToolSpec
+from llm.types import Message, StreamEvent, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,10 @@ class Request:
 class Provider(Protocol):
     name: str
 
-    def complete(self, request: Request) -> Completion: ...
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
+        """One attempt: TextDelta events as the text arrives, then one StreamEnd with the whole
+        Completion. SDK exceptions (before or during the stream) propagate untranslated."""
+        ...
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         """The typed error for an SDK exception, and the server's Retry-After in seconds.

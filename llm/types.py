@@ -89,3 +89,24 @@ class Completion:
     def as_message(self) -> Message:
         """The assistant message to append to the history before running the tool calls."""
         return Message.assistant(self.text, self.tool_calls)
+
+
+# --- a completion as a stream: text deltas, then exactly one StreamEnd ---------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """The next piece of the answer's text, as the model wrote it."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    """The last event of a stream: the whole completion, the same `complete()` returns (its
+    text is the concatenation of the deltas before it; tool calls arrive only here)."""
+
+    completion: Completion
+
+
+StreamEvent = TextDelta | StreamEnd

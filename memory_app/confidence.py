@@ -12,7 +12,7 @@
 - Each owner keeps at most ETHAN_FACT_CAPACITY (1,000) active facts; past that, the lowest
   confidence, least recently accessed facts are evicted (kept for audit, never injected).
 - Injection takes active facts with confidence >= 0.3, highest confidence first, then the most
-  recently used; 15 of them (5 on the fast path).
+  recently used; 15 of them (5 on the fast path): the path's fact_limit, agent_app.paths.
 """
 
 EXTRACTED = 0.8
@@ -21,8 +21,6 @@ AGENT_PROACTIVE = 0.95
 REINFORCE_RATE = 0.2
 CEILING = 0.99
 INJECTION_THRESHOLD = 0.3
-INJECT_LIMIT = 15
-INJECT_LIMIT_FAST = 5
 
 
 def reinforced(old: float, new: float) -> float:

@@ -1,23 +1,14 @@
-"""Thin Celery shells over the memory services: ids in, a service call, bounded retries."""
+"""Thin Celery shells over the memory services: ids in, a service call, the shared retry
+policy (ethan_site.queue.ethan_task). The services are imported inside each task: services
+import tasks to enqueue them, never the other way round at import time."""
 
-from celery import shared_task
-from django.contrib.auth import get_user_model
-
-from llm.errors import ModelUnavailable
-from memory_app import consolidator, services
-from memory_app.models import Fact
+from ethan_site.queue import ethan_task
 
 
-@shared_task(
-    name="memory.consolidate_session",
-    acks_late=True,
-    autoretry_for=(ModelUnavailable,),
-    retry_backoff=True,
-    retry_backoff_max=600,
-    retry_jitter=True,
-    max_retries=5,
-)
+@ethan_task(name="memory.consolidate_session")
 def consolidate_session(session_id: str) -> dict:
+    from memory_app import consolidator
+
     report = consolidator.consolidation_run(session_id=session_id)
     return {
         "summaries": report.summaries,
@@ -27,7 +18,7 @@ def consolidate_session(session_id: str) -> dict:
     }
 
 
-@shared_task(name="memory.catch_up", acks_late=True)
+@ethan_task(name="memory.catch_up")
 def catch_up() -> int:
     """Sessions whose consolidation is due but did not run (the broker was down when their turn
     ended, or a task gave up): consolidate them now. Safe alongside the regular tasks."""
@@ -38,6 +29,7 @@ def catch_up() -> int:
     from django.db.models.functions import Coalesce
     from django.utils import timezone
 
+    from memory_app import consolidator
     from sessions_app.models import ChatSession
 
     due = (
@@ -57,11 +49,15 @@ def catch_up() -> int:
     return count
 
 
-@shared_task(name="memory.evict_sweep", acks_late=True)
+@ethan_task(name="memory.evict_sweep")
 def evict_sweep() -> int:
     """Owners over their fact capacity (a lowered setting, imports) are brought back under it."""
     from django.conf import settings
+    from django.contrib.auth import get_user_model
     from django.db.models import Count, Q
+
+    from memory_app import services
+    from memory_app.models import Fact
 
     over = (
         get_user_model()

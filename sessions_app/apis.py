@@ -23,7 +23,15 @@ class SessionOutput(serializers.ModelSerializer):
 class MessageOutput(serializers.ModelSerializer):
     class Meta:
         model = Message
-        fields = ["seq", "role", "content", "tool_calls", "tool_call_id", "created_at"]
+        fields = [
+            "seq",
+            "role",
+            "content",
+            "tool_calls",
+            "tool_call_id",
+            "interrupted",
+            "created_at",
+        ]
 
 
 def session_or_404(request, session_id: str) -> ChatSession:

@@ -74,6 +74,9 @@ class Message(models.Model):
     tool_calls = models.JSONField(null=True, blank=True)
     # On a tool message: which call it answers.
     tool_call_id = models.CharField(max_length=128, blank=True)
+    # An assistant reply the person stopped while it was being written (Ctrl-C): the content
+    # is what they saw, kept so that the next turn's context holds it.
+    interrupted = models.BooleanField(default=False)
     # The content's words for search (sessions_app.search); indexed on PostgreSQL.
     search_tokens = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)

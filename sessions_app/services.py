@@ -104,6 +104,7 @@ def message_append(
     content: str,
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str = "",
+    interrupted: bool = False,
 ) -> Message:
     """Append one message; the first one writes the session row itself."""
     now = timezone.now()
@@ -114,6 +115,7 @@ def message_append(
         content=content,
         tool_calls=tool_calls,
         tool_call_id=tool_call_id or "",
+        interrupted=interrupted,
         created_at=now,
     )
     # Validate before anything is written (role, lengths); the database checks the rest.

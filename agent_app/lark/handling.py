@@ -10,11 +10,11 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-import llm
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
+from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from agent_app.services import TurnInputError, session_finish, turn_run
+from agent_app.turn import TurnFailed, TurnInputError, turn_run
 from sessions_app.models import ChatSession
 from sessions_app.services import SessionBusy
 
@@ -135,15 +135,13 @@ def _answer(*, user, chat_id: str, text: str) -> str:
         # stored, so the person sends it again (the chat keeps its session).
         log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
         return SESSION_BUSY
-    except llm.ModelError as exc:
+    except TurnFailed as exc:
         # The message is stored; the person is told to send it again (no automatic re-run,
         # which would store it twice).
         log.error("lark turn failed: %s", exc)
-        stored = getattr(exc, "session", None)
-        if stored is not None:
-            ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
-                session=stored, updated_at=timezone.now()
-            )
+        ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
+            session=exc.session, updated_at=timezone.now()
+        )
         return MODEL_DOWN
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
         session=result.session, updated_at=timezone.now()

@@ -33,6 +33,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agent_app.lark.crypto import LarkCryptoError, decrypt, signature_valid
+from agent_app.lark.tasks import handle_lark_event
 from agent_app.models import LarkEvent
 from ethan_site.queue import enqueue
 
@@ -166,8 +167,6 @@ def _verified_event(request: HttpRequest) -> dict[str, Any] | JsonResponse:
 @csrf_exempt
 @require_POST
 def lark_webhook(request: HttpRequest) -> JsonResponse:
-    from agent_app.tasks import handle_lark_event
-
     if not settings.LARK_VERIFICATION_TOKEN:
         log.info("lark webhook called, but LARK_VERIFICATION_TOKEN is not set")
         return JsonResponse({"detail": "Lark is not configured"}, status=503)

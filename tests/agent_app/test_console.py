@@ -139,3 +139,49 @@ def test_a_database_error_mid_turn_is_one_line_and_keeps_only_the_message(
         (3, "assistant", "Hi! I'm Ethan (offline mode)."),
     ]
     assert not Fact.objects.exists()
+
+
+def test_the_console_answers_with_the_persons_own_model(owner, fakes):
+    """An imported config.yaml's `model` applies in the console as everywhere (the one rule
+    of agent_app.turn.model_choose), unless --model says otherwise."""
+    from agent_app.models import OwnerSettings
+
+    openai = fakes["openai"]
+    OwnerSettings.objects.create(owner=owner, values={"model": "gpt-4o"})
+    openai.fake.reply(openai.text("from gpt-4o"))
+    out = chat("--user", "ada", stdin="hello\n")
+    session = ChatSession.objects.get()
+    assert out.splitlines()[0].startswith("Ethan (gpt-4o): new session")
+    assert "from gpt-4o" in out and session.model == "gpt-4o"
+    assert openai.fake.requests[-1].body["model"] == "gpt-4o"
+    chat("--user", "ada", "--model", "offline", stdin="hello\n")
+    assert ChatSession.objects.latest("created_at").model == "offline"
+    assert len(openai.fake.requests) == 1
+
+
+def test_the_reply_is_printed_as_it_streams(owner, fakes):
+    openai = fakes["openai"]
+    openai.fake.reply(openai.text("one two three four five six"))
+    out = chat("--user", "ada", "--model", "gpt-4o", stdin="count\n")
+    assert "one two three four five six\n" in out
+    assert len(openai.fake.requests) == 1 and openai.fake.requests[0].streamed
+
+
+def test_an_interrupted_reply_is_kept_as_shown_and_reaches_the_next_context(owner, make_session):
+    from agent_app.turn import turn_interrupted
+    from memory_app.working import build_context
+
+    session = make_session(owner, "tell me a story")
+    turn_interrupted(session=session, shown="Once upon a")
+    stopped = session.messages.get(seq=2)
+    assert (stopped.role, stopped.content, stopped.interrupted) == (
+        "assistant",
+        "Once upon a",
+        True,
+    )
+    session.refresh_from_db()
+    context = build_context(session=session, current_input="go on")
+    assert [(m.role, m.content) for m in context][-2:] == [
+        ("assistant", "Once upon a"),
+        ("user", "go on"),
+    ]

@@ -20,6 +20,25 @@ def spawn(args: list[str], home) -> pexpect.spawn:
     )
 
 
+def spawn_on(fake, home) -> pexpect.spawn:
+    """The console on gpt-4o, served by the OpenAI fake `fake`, on a real terminal."""
+    return pexpect.spawn(
+        sys.executable,
+        ["-m", "ethan_site.cli", "--user", "ada", "--model", "gpt-4o"],
+        cwd=str(ROOT),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 120),
+        env=clean_env(
+            home,
+            PROMPT_TOOLKIT_NO_CPR="1",
+            TERM="xterm",
+            OPENAI_API_KEY="test-key",
+            OPENAI_BASE_URL=f"{fake.url}/v1",
+        ),
+    )
+
+
 # prompt_toolkit draws its "> " prompt with cursor moves and ends by showing the cursor; only
 # then is the terminal surely in raw mode (entering it discards keys typed earlier).
 PROMPT = r"\x1b\[\?2004h.*?>.*?\x1b\[\?25h"
@@ -75,21 +94,7 @@ def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
     fake = FakeOpenAI()
     fake.reply(FakeOpenAI.text("too late"), delay=10)
     try:
-        console = pexpect.spawn(
-            sys.executable,
-            ["-m", "ethan_site.cli", "--user", "ada", "--model", "gpt-4o"],
-            cwd=str(ROOT),
-            encoding="utf-8",
-            timeout=30,
-            dimensions=(40, 120),
-            env=clean_env(
-                tmp_path,
-                PROMPT_TOOLKIT_NO_CPR="1",
-                TERM="xterm",
-                OPENAI_API_KEY="test-key",
-                OPENAI_BASE_URL=f"{fake.url}/v1",
-            ),
-        )
+        console = spawn_on(fake, tmp_path)
         console.expect(PROMPT)
         console.send("a question that takes long\r")
         deadline = 50
@@ -112,3 +117,44 @@ def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
             (session_id,),
         ).fetchall()
     assert rows == [("user", "a question that takes long")]
+
+
+def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
+    """A slowly streamed reply stopped half-way: what the person saw is the stored reply,
+    marked interrupted, and the console goes on."""
+    import sqlite3
+
+    from tests.fakes.openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI()
+    words = " ".join(f"word{n:02d}" for n in range(60))
+    fake.reply(FakeOpenAI.text(words), first_chunk_ms=10, chunk_ms=100)
+    try:
+        console = spawn_on(fake, tmp_path)
+        console.expect(PROMPT)
+        console.send("a long answer please\r")
+        console.expect("word03")  # the reply is on screen, and still being written
+        console.sendintr()
+        console.expect(r"\(stopped; the reply so far is saved in (s_\w+)\)")
+        session_id = console.match.group(1)
+        console.expect(PROMPT)
+        console.send("/exit\r")
+        console.expect(pexpect.EOF)
+        console.close()
+        assert console.exitstatus == 0
+    finally:
+        fake.close()
+    with sqlite3.connect(tmp_path / "ethan.sqlite3") as db:
+        rows = db.execute(
+            "SELECT role, content, interrupted FROM sessions_app_message "
+            "WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+    [(user_role, question, _), (role, shown, interrupted)] = rows
+    assert (user_role, question, role, interrupted) == (
+        "user",
+        "a long answer please",
+        "assistant",
+        1,
+    )
+    assert words.startswith(shown) and "word03" in shown and shown != words

@@ -8,10 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-import llm
 from agent_app import prompts
 from agent_app.prompts import build_system
-from agent_app.services import TurnInputError, turn_run
+from agent_app.turn import TurnFailed, TurnInputError, turn_run
 from memory_app.models import Fact, Procedure, Summary, WorkingState
 from memory_app.working import build_context
 from profile_app.models import ProfileRevision, ProfileSection
@@ -75,9 +74,19 @@ def test_exact_system_prompt_on_the_full_path(owner, memory_state):
         ]
     )
     assert len(system.facts) == 15
-    injected = {f.pk for f in system.facts}
-    for row in Fact.objects.filter(owner=owner):
-        assert (row.last_accessed >= before) == (row.pk in injected), row.content
+    # Building the prompt only reads: marking what was injected is a step of the turn.
+    assert not Fact.objects.filter(owner=owner, last_accessed__gte=before).exists()
+
+
+def test_a_turn_marks_exactly_the_facts_it_injected(owner, memory_state, llm_config):
+    before = timezone.now()
+    turn_run(owner=owner, session=None, text="tell me about the plan", path="full")
+    injected = set(
+        Fact.objects.filter(owner=owner, last_accessed__gte=before).values_list(
+            "content", flat=True
+        )
+    )
+    assert len(injected) == 15 and "too unsure" not in injected and "old news" not in injected
 
 
 def test_fast_path_has_top_five_and_no_profile(owner, memory_state):
@@ -123,9 +132,10 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
         session=session, compressed_through=rounds // 2, rolling_summary="earlier"
     )
     Summary.objects.create(session=session, first_round=1, last_round=1, text="s", model="m")
-    # procedures, facts, the last_accessed update, profile sections; then the working state,
-    # the promoted facts, the warm summaries, the round boundaries and the verbatim messages.
-    with django_assert_num_queries(9):
+    # procedures, facts, profile sections; then the working state, the promoted facts, the
+    # warm summaries, the round boundaries and the verbatim messages. (Marking the injected
+    # facts is the turn's own step: one UPDATE more.)
+    with django_assert_num_queries(8):
         build_system(owner=owner, mode="work", path="full")
         build_context(session=session)
 
@@ -347,9 +357,10 @@ def test_a_failing_model_keeps_the_user_message(owner, fakes):
     openai = fakes["openai"]
     for _ in range(3):
         openai.fake.reply(openai.error(429, "slow down"), status=429)
-    with pytest.raises(llm.ModelUnavailable, match="HTTP 429"):
+    with pytest.raises(TurnFailed, match="HTTP 429") as failed:
         turn_run(owner=owner, session=None, text="hello there", model="gpt-4o")
     session = ChatSession.objects.get()
+    assert failed.value.session == session and failed.value.failed.retryable
     assert list(session.messages.values_list("role", "content")) == [("user", "hello there")]
     # The client retries on the same session: the history continues.
     openai.fake.reply(openai.text("hi!"))
@@ -375,9 +386,23 @@ def test_refused_turns_write_nothing(owner, llm_config, kwargs, message):
     assert not ChatSession.objects.exists() and not Message.objects.exists()
 
 
-def test_resumed_session_keeps_its_mode_and_switches_model(owner, llm_config):
-    first = turn_run(owner=owner, session=None, text="今天有点累", mode="陪伴")
-    assert (first.path, first.session.mode) == ("full", "companion")
-    again = turn_run(owner=owner, session=first.session, text="嗯")
+def test_resumed_session_keeps_its_mode_and_switches_model(owner, fakes):
+    openai = fakes["openai"]
+    first = turn_run(owner=owner, session=None, text="今天有点累", mode="陪伴", model="offline")
+    assert (first.path, first.session.mode, first.model) == ("full", "companion", "offline")
+    assert openai.fake.requests == []  # the offline model answered the first turn
+
+    openai.fake.reply(openai.text("我在。"))
+    again = turn_run(owner=owner, session=first.session, text="嗯", model="gpt-4o")
     assert again.path == "full"  # companion mode, kept from the session
     assert json.loads(json.dumps(again.session.mode)) == "companion"
+    # The model asked for is the one called, and the session remembers it.
+    assert (again.reply, again.model, again.offline) == ("我在。", "gpt-4o", False)
+    assert [r.body["model"] for r in openai.fake.requests] == ["gpt-4o"]
+    assert ChatSession.objects.get(pk=first.session.pk).model == "gpt-4o"
+
+    # Resumed again without a model: the session's (switched) model answers.
+    openai.fake.reply(openai.text("好的。"))
+    third = turn_run(owner=owner, session=ChatSession.objects.get(pk=first.session.pk), text="好")
+    assert third.model == "gpt-4o"
+    assert [r.body["model"] for r in openai.fake.requests] == ["gpt-4o", "gpt-4o"]

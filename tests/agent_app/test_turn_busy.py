@@ -12,7 +12,7 @@ from django.utils import timezone
 
 import llm
 from agent_app.lark.handling import SESSION_BUSY
-from agent_app.services import turn_run
+from agent_app.turn import TurnFailed, turn_run
 from sessions_app.models import ChatSession
 from sessions_app.services import SessionBusy
 from tests.lark_helpers import deliver, message_event
@@ -39,13 +39,13 @@ def claim_of(session: ChatSession) -> str:
 def test_a_turn_holds_the_session_and_gives_it_back(owner, make_session, llm_config, monkeypatch):
     session = make_session(owner, "hi", "hello")
     seen = []
-    real = llm.complete
+    real = llm.stream
 
-    def complete(**kwargs):
+    def stream(**kwargs):
         seen.append(claim_of(session))  # while the model thinks, the session is claimed
-        return real(**kwargs)
+        yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "complete", complete)
+    monkeypatch.setattr(llm, "stream", stream)
     result = turn_run(owner=owner, session=session, text="more", model="offline")
     assert result.reply == "(offline mode) Noted: more"
     assert seen and all(len(token) == 32 for token in seen)
@@ -57,9 +57,10 @@ def test_a_failed_model_gives_the_session_back(owner, make_session, llm_config, 
 
     def down(**kwargs):
         raise llm.ModelUnavailable("overloaded")
+        yield  # a generator, as llm.stream is
 
-    monkeypatch.setattr(llm, "complete", down)
-    with pytest.raises(llm.ModelUnavailable):
+    monkeypatch.setattr(llm, "stream", down)
+    with pytest.raises(TurnFailed):
         turn_run(owner=owner, session=session, text="more", model="offline")
     assert claim_of(session) == ""
     assert session.messages.count() == 3  # the message is kept for the retry

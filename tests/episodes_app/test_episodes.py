@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from agent_app.lifecycle import close_idle, write_episode
 from agent_app.prompts import build_system
-from agent_app.tasks import close_idle, write_episode
 from episodes_app.keywords import keywords_for
 from episodes_app.models import Episode
 from episodes_app.selectors import (

@@ -48,6 +48,9 @@ def test_api_errors_are_json_with_a_detail(api_for, owner):
 def test_the_login_form_is_throttled_per_address(client, settings, monkeypatch):
     from ethan_site.throttles import LoginThrottle
 
+    # A cache of this test's own: the counting, not the sharing (test_security.py runs several
+    # gunicorn workers on a shared one), and no other test process clears it mid-test.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     monkeypatch.setattr(LoginThrottle, "THROTTLE_RATES", {"login": "3/min"})
     get_user_model().objects.create_user(username="ada", password="right-password-1")
     guesses = [

@@ -62,3 +62,34 @@ def test_response_is_sent_before_deferred_work(client):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert ran == ["after-response"]
+
+
+# Every task of the project, by the names the beat schedule, the routes and queued messages use.
+TASK_NAMES = {
+    "channels.lark_event",
+    "episodes.write",
+    "memory.catch_up",
+    "memory.consolidate_session",
+    "memory.evict_sweep",
+    "sessions.cleanup_empty",
+    "sessions.close_idle",
+}
+
+
+def project_tasks() -> dict:
+    from ethan_site.celery import app
+
+    app.loader.import_default_modules()  # autodiscover the apps' tasks, as a worker does
+    return {
+        name: task
+        for name, task in app.tasks.items()
+        if name.split(".")[0] in {"channels", "episodes", "memory", "sessions"}
+    }
+
+
+def test_every_task_is_found_and_has_the_one_retry_policy():
+    tasks = project_tasks()
+    assert set(tasks) == TASK_NAMES
+    for name, task in tasks.items():
+        for option, value in queue.TASK_POLICY.items():
+            assert getattr(task, option) == value, (name, option)

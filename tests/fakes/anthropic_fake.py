@@ -1,10 +1,12 @@
-"""Anthropic Messages on the wire: POST /v1/messages."""
+"""Anthropic Messages on the wire: POST /v1/messages, streamed (`"stream": true`: message_start,
+content_block_start/delta/stop per block, message_delta, message_stop) or not."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded
+from tests.fakes.base import FakeServer, ProtocolError, Recorded, sse
 
 
 class FakeAnthropic(FakeServer):
@@ -48,6 +50,74 @@ class FakeAnthropic(FakeServer):
         for tool in body.get("tools", []):
             if set(tool) - {"name", "description", "input_schema"} or "input_schema" not in tool:
                 raise ProtocolError("tools take name, description and input_schema")
+
+    def wants_stream(self, recorded: Recorded) -> bool:
+        return isinstance(recorded.body, dict) and recorded.body.get("stream") is True
+
+    def stream_events(self, body: Any, recorded: Recorded) -> list[bytes]:
+        """A message as Anthropic streams it. The input count comes in message_start, the final
+        output count in message_delta (cumulative); a tool_use block starts with an empty input
+        that input_json_delta events fill with the pieces of its JSON."""
+        usage = body.get("usage") or {}
+        start = {
+            **body,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": usage.get("input_tokens", 0),
+                "output_tokens": min(1, usage.get("output_tokens", 0)),
+            },
+        }
+        frames = [
+            sse({"type": "message_start", "message": start}, "message_start"),
+            sse({"type": "ping"}, "ping"),
+        ]
+        for index, block in enumerate(body.get("content") or []):
+            if block["type"] == "text":
+                opening = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": p} for p in self.split(block["text"])]
+            else:
+                opening = {**block, "input": {}}
+                raw = json.dumps(block["input"], ensure_ascii=False)
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": p} for p in ["", *self.split(raw)]
+                ]
+            frames.append(
+                sse(
+                    {"type": "content_block_start", "index": index, "content_block": opening},
+                    "content_block_start",
+                )
+            )
+            for delta in deltas:
+                frames.append(
+                    sse(
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                        "content_block_delta",
+                    )
+                )
+            frames.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        frames.append(
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": body.get("stop_reason"),
+                        "stop_sequence": body.get("stop_sequence"),
+                    },
+                    "usage": {"output_tokens": usage.get("output_tokens", 0)},
+                },
+                "message_delta",
+            )
+        )
+        frames.append(sse({"type": "message_stop"}, "message_stop"))
+        return frames
+
+    def stream_error_event(self) -> bytes:
+        return sse(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            "error",
+        )
 
     @staticmethod
     def message(*blocks: dict[str, Any], stop_reason: str = "end_turn") -> dict[str, Any]:

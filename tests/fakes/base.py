@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass
@@ -16,6 +16,11 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    # Whether the reply went out as a stream, and when (time.monotonic(), as its write began)
+    # each chunk was sent, so a test can order what its consumer saw against what the server
+    # had sent.
+    streamed: bool = False
+    chunk_times: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -24,14 +29,37 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to wait before answering (timeouts)
+    # When the request asks for a stream, a 2xx body is sent in that protocol's streaming
+    # form: the first chunk `first_chunk_ms` after the headers, then one every `chunk_ms`.
+    first_chunk_ms: float = 0.0
+    chunk_ms: float = 0.0
+    # Fail mid-stream after this many chunks: "close" drops the connection (the chunked body
+    # stops short, as when a server dies), "error" sends the protocol's error event and ends.
+    fail_after: int | None = None
+    fail_with: Literal["close", "error"] = "close"
 
 
 class ProtocolError(Exception):
     """A request the real service would refuse; the fake answers 400."""
 
 
+def sse(data: Any, event: str | None = None, newline: str = "\n") -> bytes:
+    """One server-sent event: an optional `event:` line, one `data:` line, a blank line."""
+    head = f"event: {event}{newline}" if event else ""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"{head}data: {payload}{newline}{newline}".encode()
+
+
 class FakeServer:
-    """A threaded HTTP server on 127.0.0.1 with a port of its own."""
+    """A threaded HTTP server on 127.0.0.1 with a port of its own.
+
+    Every reply is scripted in its non-streamed form; when the request asks for a stream
+    (`wants_stream`), the subclass cuts the same reply into its protocol's events
+    (`stream_events`), so one script serves both kinds of request.
+    """
+
+    # The most characters of text (or of tool arguments' JSON) in one streamed chunk.
+    piece_chars = 4
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
@@ -74,8 +102,25 @@ class FakeServer:
         status: int = 200,
         headers: dict[str, str] | None = None,
         delay: float = 0.0,
+        *,
+        first_chunk_ms: float = 0.0,
+        chunk_ms: float = 0.0,
+        fail_after: int | None = None,
+        fail_with: Literal["close", "error"] = "close",
     ) -> None:
-        self.script.append(Reply(status=status, body=body, headers=headers or {}, delay=delay))
+        """Queue one reply (see Reply for the streaming options)."""
+        self.script.append(
+            Reply(
+                status=status,
+                body=body,
+                headers=headers or {},
+                delay=delay,
+                first_chunk_ms=first_chunk_ms,
+                chunk_ms=chunk_ms,
+                fail_after=fail_after,
+                fail_with=fail_with,
+            )
+        )
 
     # Protocol-specific subclasses override these.
     def check(self, recorded: Recorded) -> None:
@@ -83,6 +128,23 @@ class FakeServer:
 
     def error_body(self, status: int, message: str) -> Any:
         return {"error": {"message": message}}
+
+    def wants_stream(self, recorded: Recorded) -> bool:
+        """Whether the request asks for a streamed answer."""
+        return False
+
+    def stream_events(self, body: Any, recorded: Recorded) -> list[bytes]:
+        """The non-streamed reply `body` as this protocol's stream: one SSE event per chunk."""
+        raise NotImplementedError
+
+    def stream_error_event(self) -> bytes:
+        """The event this protocol sends when it fails after the stream has begun."""
+        raise NotImplementedError
+
+    def split(self, text: str) -> list[str]:
+        """Text in streamed pieces of at most piece_chars characters (none for "")."""
+        size = self.piece_chars
+        return [text[i : i + size] for i in range(0, len(text), size)]
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("content-length") or 0)
@@ -111,6 +173,9 @@ class FakeServer:
                 reply = Reply(400, self.error_body(400, str(exc)))
         if reply.delay:
             time.sleep(reply.delay)
+        if reply.status < 400 and self.wants_stream(recorded):
+            self._send_stream(handler, recorded, reply)
+            return
         payload = json.dumps(reply.body).encode()
         try:
             handler.send_response(reply.status)
@@ -122,3 +187,42 @@ class FakeServer:
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test): nothing to answer
+
+    def _send_stream(
+        self, handler: BaseHTTPRequestHandler, recorded: Recorded, reply: Reply
+    ) -> None:
+        """Send the reply as server-sent events in a chunked HTTP/1.1 body, as the real APIs
+        do: a connection dropped mid-body is then an error to the client, not a short body."""
+        recorded.streamed = True
+        frames = self.stream_events(reply.body, recorded)
+        handler.protocol_version = "HTTP/1.1"
+        try:
+            handler.send_response(reply.status)
+            handler.send_header("content-type", "text/event-stream")
+            handler.send_header("transfer-encoding", "chunked")
+            handler.send_header("cache-control", "no-cache")
+            handler.send_header("connection", "close")  # one request per connection, as before
+            for name, value in reply.headers.items():
+                handler.send_header(name, value)
+            handler.end_headers()
+            for index, frame in enumerate(frames):
+                if index == reply.fail_after:
+                    if reply.fail_with == "error":
+                        self._write_chunk(handler, self.stream_error_event())
+                        handler.wfile.write(b"0\r\n\r\n")
+                    # "close": return without the last chunk; the server closes the socket.
+                    return
+                pause = reply.first_chunk_ms if index == 0 else reply.chunk_ms
+                if pause:
+                    time.sleep(pause / 1000)
+                # Stamped as the write starts: no client can have the chunk before this time.
+                recorded.chunk_times.append(time.monotonic())
+                self._write_chunk(handler, frame)
+            handler.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client stopped reading
+
+    @staticmethod
+    def _write_chunk(handler: BaseHTTPRequestHandler, data: bytes) -> None:
+        handler.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        handler.wfile.flush()

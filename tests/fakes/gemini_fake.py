@@ -1,14 +1,18 @@
-"""Gemini generateContent on the wire: POST /v1beta/models/{model}:generateContent (or /v1/)."""
+"""Gemini on the wire: POST /v1beta/models/{model}:generateContent (or /v1/), and
+:streamGenerateContent?alt=sse, whose `data:` events are GenerateContentResponse chunks."""
 
 from __future__ import annotations
 
 import base64
 import re
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded
+from tests.fakes.base import FakeServer, ProtocolError, Recorded, sse
 
-PATH = re.compile(r"^/v1(?:beta)?/models/(?P<model>[^/:]+):generateContent$")
+PATH = re.compile(
+    r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
+)
 
 
 class FakeGemini(FakeServer):
@@ -19,8 +23,13 @@ class FakeGemini(FakeServer):
         self.signatures: dict[str, str] = {}
 
     def check(self, recorded: Recorded) -> None:
-        if not PATH.match(recorded.path.split("?")[0]):
+        url = urlsplit(recorded.path)
+        match = PATH.match(url.path)
+        if not match:
             raise ProtocolError(f"unknown path {recorded.path}")
+        if match["method"] == "streamGenerateContent" and parse_qs(url.query).get("alt") != ["sse"]:
+            # Without alt=sse Gemini streams one JSON array; the SDK always asks for SSE.
+            raise ProtocolError("this fake streams with alt=sse only")
         if not recorded.headers.get("x-goog-api-key"):
             raise ProtocolError("API key not valid. Please pass a valid API key.")
         body = recorded.body
@@ -55,6 +64,58 @@ class FakeGemini(FakeServer):
             for declaration in tool.get("functionDeclarations", []):
                 if "name" not in declaration:
                     raise ProtocolError("function declarations need a name")
+
+    def wants_stream(self, recorded: Recorded) -> bool:
+        return ":streamGenerateContent" in recorded.path
+
+    def stream_events(self, body: Any, recorded: Recorded) -> list[bytes]:
+        """A GenerateContentResponse as Gemini streams it: text in pieces, each function call
+        whole in a chunk of its own (with its thoughtSignature), the finish reason and the final
+        usage in the last chunk; every chunk before carries the running usage."""
+        candidate = body["candidates"][0]
+        usage = body.get("usageMetadata") or {}
+        running = {
+            "promptTokenCount": usage.get("promptTokenCount", 0),
+            "totalTokenCount": usage.get("promptTokenCount", 0),
+        }
+        parts: list[dict[str, Any]] = []
+        for part in candidate["content"]["parts"]:
+            if "text" in part and len(part["text"]) > self.piece_chars:
+                pieces = self.split(part["text"])
+                parts += [{"text": piece} for piece in pieces[:-1]]
+                parts.append({**part, "text": pieces[-1]})  # a signature stays on the last
+            else:
+                parts.append(part)
+        parts = parts or [{"text": ""}]
+        frames = []
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            chunk_candidate: dict[str, Any] = {
+                "content": {"role": "model", "parts": [part]},
+                "index": 0,
+            }
+            if last:
+                chunk_candidate["finishReason"] = candidate.get("finishReason", "STOP")
+            chunk = {
+                "candidates": [chunk_candidate],
+                "usageMetadata": usage if last else running,
+                "modelVersion": body.get("modelVersion", "fake"),
+                "responseId": "fake-response",
+            }
+            frames.append(sse(chunk, newline="\r\n"))
+        return frames
+
+    def stream_error_event(self) -> bytes:
+        return sse(
+            {
+                "error": {
+                    "code": 503,
+                    "message": "The model is overloaded. Please try again later.",
+                    "status": "UNAVAILABLE",
+                }
+            },
+            newline="\r\n",
+        )
 
     @staticmethod
     def response(*parts: dict[str, Any], finish: str = "STOP") -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""OpenAI Chat Completions on the wire: POST /v1/chat/completions."""
+"""OpenAI Chat Completions on the wire: POST /v1/chat/completions, streamed (`"stream": true`:
+`chat.completion.chunk` events, then `data: [DONE]`) or not."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded, Reply
+from tests.fakes.base import FakeServer, ProtocolError, Recorded, Reply, sse
 
 
 class FakeOpenAI(FakeServer):
@@ -35,6 +36,77 @@ class FakeOpenAI(FakeServer):
         for tool in body.get("tools", []):
             if tool.get("type") != "function" or "parameters" not in tool.get("function", {}):
                 raise ProtocolError("tools must be {type: function, function: {name, parameters}}")
+        if "stream_options" in body and not body.get("stream"):
+            raise ProtocolError("stream_options is only allowed when stream is true")
+
+    def wants_stream(self, recorded: Recorded) -> bool:
+        return isinstance(recorded.body, dict) and recorded.body.get("stream") is True
+
+    def stream_events(self, body: Any, recorded: Recorded) -> list[bytes]:
+        """A chat.completion as the chunks OpenAI streams: the role, the content in pieces, each
+        tool call's id and name then its arguments in pieces, the finish reason, and (with
+        stream_options.include_usage) a last chunk with no choices and the usage."""
+        include_usage = bool((recorded.body.get("stream_options") or {}).get("include_usage"))
+        head = {
+            "id": body.get("id", "chatcmpl-1"),
+            "object": "chat.completion.chunk",
+            "created": body.get("created", 0),
+            "model": body.get("model", "fake"),
+            "system_fingerprint": None,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            data = {
+                **head,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+            if include_usage:
+                data["usage"] = None  # every chunk but the last says so
+            return sse(data)
+
+        choice = body["choices"][0]
+        message = choice["message"]
+        content = message.get("content") or ""
+        calls = message.get("tool_calls") or []
+        first: dict[str, Any] = {"role": "assistant", "content": "" if content else None}
+        frames = []
+        for piece in self.split(content):
+            frames.append(chunk({"content": piece}))
+        for index, call in enumerate(calls):
+            opening = {
+                "index": index,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            if index == 0 and not content:
+                first["tool_calls"] = [opening]  # the role comes with the first call
+            else:
+                frames.append(chunk({"tool_calls": [opening]}))
+            for piece in self.split(call["function"]["arguments"]):
+                frames.append(
+                    chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                )
+        frames.insert(0, chunk({**first, "refusal": None}))
+        frames.append(chunk({}, choice.get("finish_reason") or "stop"))
+        if include_usage:
+            frames.append(sse({**head, "choices": [], "usage": body.get("usage")}))
+        frames.append(sse("[DONE]"))
+        return frames
+
+    def stream_error_event(self) -> bytes:
+        return sse(
+            {
+                "error": {
+                    "message": "The server had an error while processing your request.",
+                    "type": "server_error",
+                    "param": None,
+                    "code": None,
+                }
+            }
+        )
 
     @staticmethod
     def text(content: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict[str, Any]:

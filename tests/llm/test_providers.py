@@ -1,4 +1,5 @@
-"""The real SDKs against the fakes: replies, tool calls, retries, timeouts and auth."""
+"""The real SDKs against the fakes: replies, tool calls, retries, timeouts and auth (through
+`complete()`, which drains the same stream `stream()` yields)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def test_text_reply(provider):
         assert body["system"] == "You are Ethan."
         assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "你好"}]}]
         assert body["max_tokens"] == 256
+        assert body["stream"] is True
     else:
-        assert request.path.endswith(f"/models/{provider.model}:generateContent")
+        assert request.path.endswith(f"/models/{provider.model}:streamGenerateContent?alt=sse")
         assert body["systemInstruction"]["parts"] == [{"text": "You are Ethan."}]
         assert body["contents"] == [{"role": "user", "parts": [{"text": "你好"}]}]
         assert body["generationConfig"]["maxOutputTokens"] == 256

@@ -1,4 +1,5 @@
-"""One scripted conversation with one tool call, through openai, anthropic, gemini and offline.
+"""One scripted conversation with one tool call, through openai, anthropic, gemini and offline,
+streamed (llm.stream) and not (llm.complete).
 
 The fakes are scripted with what the offline model says, so all four must come out the same in
 neutral terms, and each fake checks that the history (tool call, tool result) went back in its
@@ -17,13 +18,31 @@ SYSTEM = "You are Ethan.\n<memory_context>\n- 用户住在上海\n</memory_conte
 USER = "记住我喜欢喝美式咖啡"
 
 
-def run_loop(model: str, store: list[dict]) -> tuple[str, list[Message]]:
+def ask(model: str, history: list[Message], streamed: bool) -> Completion:
+    """One call, drained by complete() or consumed event by event from stream()."""
+    if not streamed:
+        return llm.complete(model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE])
+    deltas: list[str] = []
+    for event in llm.stream(model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE]):
+        if isinstance(event, llm.TextDelta):
+            deltas.append(event.text)
+        else:
+            assert "".join(deltas) == event.completion.text
+            return event.completion
+    raise AssertionError("the stream ended without its completion")
+
+
+def run_loop(
+    model: str, store: list[dict], streamed: bool = False, completions: list | None = None
+) -> tuple[str, list[Message]]:
     """A bounded tool loop, as the agent turn runs it."""
     history = [Message.user(USER)]
     for _ in range(4):
-        completion: Completion = llm.complete(
-            model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE]
-        )
+        completion = ask(model, history, streamed)
+        if completions is not None:
+            completions.append(
+                (completion.text, tuple((c.name, c.arguments) for c in completion.tool_calls))
+            )
         history.append(completion.as_message())
         if not completion.tool_calls:
             return completion.text, history
@@ -132,6 +151,24 @@ def test_one_conversation_round_trips_identically(fakes):
             ],
         },
     ]
+
+
+def test_the_conversation_streamed_and_not_gives_the_same_completions(fakes):
+    expected: list[tuple] = []
+    run_loop("offline", [], completions=expected)
+    [(_, [(name, arguments)]), (final_text, ())] = expected
+    runs = {}
+    for model in ["offline", *(case.model for case in fakes.values())]:
+        for streamed in (False, True):
+            for case in fakes.values():
+                if case.model == model:
+                    case.fake.reply(case.tool_call("call_1", name, arguments))
+                    case.fake.reply(case.text(final_text))
+            completions: list[tuple] = []
+            run_loop(model, [], streamed=streamed, completions=completions)
+            runs[(model, streamed)] = completions
+    assert runs == {key: expected for key in runs}
+    assert len(runs) == 8
 
 
 def test_gemini_refuses_a_history_that_drops_the_signature(fakes):

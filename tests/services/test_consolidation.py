@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from agent_app.services import turn_run
+from agent_app.turn import turn_run
 from ethan_site import queue
 from memory_app.models import Fact, FactEvent, Summary, WorkingState
 from memory_app.tasks import consolidate_session

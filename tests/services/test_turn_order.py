@@ -21,14 +21,14 @@ def slow_model(monkeypatch):
     """The offline model, thinking for `delay` seconds first: without one-at-a-time turns, the
     other clients' messages land while it thinks. The offline model acknowledges the latest
     user message of the context it is sent, so a reply names the question it answered."""
-    real = llm.complete
+    real = llm.stream
     state = {"delay": 0.05}
 
-    def complete(**kwargs):
+    def stream(**kwargs):
         time.sleep(state["delay"])
-        return real(**kwargs)
+        yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "complete", complete)
+    monkeypatch.setattr(llm, "stream", stream)
     return state
 
 

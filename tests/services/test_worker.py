@@ -5,10 +5,10 @@ import threading
 import pytest
 from django.db import connection
 
+from agent_app.lifecycle import cleanup_empty
 from ethan_site import queue
 from sessions_app import services
 from sessions_app.models import ChatSession, Message
-from sessions_app.tasks import cleanup_empty
 from tests.services.conftest import wait_for
 
 
@@ -22,6 +22,17 @@ def test_enqueued_task_runs_on_a_real_worker(celery_worker_process, owner, make_
     assert wait_for(lambda: not ChatSession.objects.filter(pk="s_20260101_0000_empt").exists())
     assert list(ChatSession.objects.values_list("pk", flat=True)) == [kept.pk]
     assert celery_worker_process.poll() is None
+
+
+def test_the_worker_registers_every_task(celery_worker_process):
+    """Autodiscovery imports only `<app>.tasks`: the tasks that live elsewhere (the session life
+    cycle in agent_app.lifecycle, the Lark task in agent_app.lark.tasks) are found too."""
+    from ethan_site.celery import app
+    from tests.ethan_site.test_queue import TASK_NAMES
+
+    hostname = celery_worker_process.hostname
+    registered = app.control.inspect(destination=[hostname], timeout=5).registered()
+    assert set(registered[hostname]) >= TASK_NAMES, registered
 
 
 @pytest.mark.django_db(transaction=True)

@@ -209,7 +209,7 @@ def test_the_profile_and_settings_apply(tmp_path, owner, llm_config):
     run("ethan_import", "--home", str(build_layout(tmp_path / "in")), "--user", "ada")
     assert ProfileSection.objects.get(owner=owner, key="basic").content == "- 名字：张三"
     assert OwnerSettings.objects.get(owner=owner).values == CONFIG
-    from agent_app.services import owner_model
+    from agent_app.turn import owner_model
 
     assert owner_model(owner) == "claude-sonnet-4-6"  # the imported model is their default
 

@@ -7,10 +7,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import llm
-import llm.config
 from agent_app.console import Console, make_io
 from agent_app.modes import mode_parse
-from agent_app.services import turn_run
+from agent_app.turn import model_choose
 from sessions_app import services
 from sessions_app.errors import SessionError
 
@@ -40,17 +39,20 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             mode = mode_parse(options["mode"])
-            model = options["model"] or llm.default_model()
-            llm.check_model(model)
-        except (ValueError, llm.ModelConfigError) as exc:
+        except ValueError as exc:
             raise CommandError(str(exc)) from None
         owner = services.local_user_get_or_create(username=options["user"])
+        try:
+            # The same rule as every turn: --model, else the person's own setting (an imported
+            # config.yaml), else ETHAN_MODEL, a provider with a key, offline. Said at start.
+            llm.check_model(model_choose(owner=owner, session=None, explicit=options["model"]))
+        except llm.ModelConfigError as exc:
+            raise CommandError(str(exc)) from None
         # The real stream: the console writes its own line endings.
         stdout = options.get("stdout") or sys.stdout
         console = Console(
             owner=owner,
-            turn=turn_run,
-            model=model,
+            explicit_model=options["model"],
             mode=mode,
             io=make_io(options.get("stdin") or sys.stdin, stdout, settings.ETHAN_HOME),
         )

@@ -1,0 +1,494 @@
+"""The turn: planned once, then a stream of events that every channel consumes.
+
+    plan = turn_plan(owner=…, session=…, text=…, channel=…)   # validates; writes nothing
+    events = turn_start(plan)      # claims the session, stores the user message
+    for event in events: …         # Started, Delta…, ToolCalled/ToolResult…, Done | Failed
+
+The console prints the deltas, POST /api/chat sends them as Server-Sent Events (or drains them
+into one JSON answer), the Lark task drains them into the finished reply: no channel repeats a
+step. `turn_run` is the drained form.
+
+What is stored, and when:
+- the user message before the model is called (a failing model loses nothing);
+- each tool step whole or not at all (the assistant message with its calls, what the tools
+  wrote, their results), in one transaction, outside which the model thinks;
+- the reply once the model has finished it: a stream that fails half-way stores no half reply
+  (the `Failed` event says so; the user message stays, and a retry on the session works);
+- a reply the person interrupted (Ctrl-C in the console) as far as it was shown, marked
+  `interrupted` (turn_interrupted), so the next turn's context holds what they saw.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import DatabaseError, transaction
+
+import llm
+from agent_app.modes import mode_parse
+from agent_app.paths import SETTINGS, choose_path
+from agent_app.prompts import SystemPrompt, build_system
+from agent_app.tools import TOOL_SPECS, run_tool
+from ethan_site.queue import enqueue
+from llm.types import ToolCall
+from memory_app import services as memory_services
+from memory_app.tasks import consolidate_session
+from memory_app.working import build_context
+from sessions_app import services as session_services
+from sessions_app.models import ChatSession, Message
+
+log = logging.getLogger(__name__)
+
+
+class TurnInputError(ValueError):
+    """The request itself is wrong (empty or too long message, unknown mode, path or model,
+    a model whose provider has no key). Nothing has been written."""
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """Everything a turn decides before it writes anything, decided once for every channel."""
+
+    owner: AbstractBaseUser
+    session: ChatSession | None
+    text: str
+    mode: str
+    path: str
+    model: str
+    channel: str
+
+
+def owner_model(owner: AbstractBaseUser) -> str | None:
+    """The `model` of the person's own settings (their imported config.yaml), if any."""
+    from agent_app.models import OwnerSettings
+
+    values = OwnerSettings.objects.filter(owner=owner).values_list("values", flat=True).first()
+    model = (values or {}).get("model")
+    return model if isinstance(model, str) and model else None
+
+
+def model_choose(
+    *, owner: AbstractBaseUser, session: ChatSession | None, explicit: str | None = None
+) -> str:
+    """The one rule for which model answers, in every channel: the one asked for, else the
+    session's, else the person's own setting, else ETHAN_MODEL, else the first provider with
+    a key, else the offline model."""
+    return (
+        explicit
+        or (session.model if session is not None and session.model else "")
+        or owner_model(owner)
+        or llm.default_model()
+    )
+
+
+def turn_plan(
+    *,
+    owner: AbstractBaseUser,
+    session: ChatSession | None,
+    text: str,
+    mode: str | None = None,
+    path: str | None = None,
+    model: str | None = None,
+    channel: str = ChatSession.Channel.API,
+) -> TurnPlan:
+    """Validate a turn before anything is written; raises TurnInputError."""
+    text = (text or "").strip()
+    if not text:
+        raise TurnInputError("the message is empty")
+    if len(text) > settings.ETHAN_MESSAGE_MAX_CHARS:
+        raise TurnInputError(
+            f"the message is {len(text)} characters long; the limit is "
+            f"{settings.ETHAN_MESSAGE_MAX_CHARS}"
+        )
+    try:
+        mode = mode_parse(mode) if mode else (session.mode if session else mode_parse(None))
+        path = choose_path(text=text, mode=mode, explicit=path)
+        model = model_choose(owner=owner, session=session, explicit=model)
+        # Unknown, or no key for its provider: the request's fault, refused before any write.
+        llm.check_model(model)
+    except (ValueError, llm.ModelConfigError) as exc:
+        raise TurnInputError(str(exc)) from None
+    return TurnPlan(
+        owner=owner, session=session, text=text, mode=mode, path=path, model=model, channel=channel
+    )
+
+
+# --- the events ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Started:
+    session_id: str
+    path: str
+    model: str
+    name = "started"
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+    name = "delta"
+
+
+@dataclass(frozen=True)
+class ToolCalled:
+    tool: str
+    arguments: dict[str, Any]
+    name = "tool_call"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    tool: str
+    ok: bool
+    summary: str
+    name = "tool_result"
+
+
+@dataclass(frozen=True)
+class Done:
+    session_id: str
+    reply: str
+    path: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    tool_calls: int
+    offline: bool
+    name = "done"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The turn stopped: `kind` is model_unavailable (retryable), model_failed (a refused key
+    or request) or database. The user message is stored (`session_id`)."""
+
+    kind: str
+    detail: str
+    retryable: bool
+    session_id: str
+    name = "error"
+
+
+TurnEvent = Started | Delta | ToolCalled | ToolResult | Done | Failed
+
+
+def event_payload(event: TurnEvent) -> dict[str, Any]:
+    """An event as the JSON a channel sends (Server-Sent Events' data lines)."""
+    payload = asdict(event)
+    if isinstance(event, ToolCalled | ToolResult):
+        payload["name"] = payload.pop("tool")
+    if isinstance(event, Done):
+        payload["usage"] = {
+            "input_tokens": payload.pop("input_tokens"),
+            "output_tokens": payload.pop("output_tokens"),
+        }
+        del payload["offline"]
+    if isinstance(event, Failed) and event.kind == "database":
+        # A database's own words may name hosts or tables: a web client gets these instead.
+        payload["detail"] = (
+            "a database error interrupted the reply; your message is stored and the step it "
+            "interrupted was not kept: retry on this session"
+        )
+    return payload
+
+
+class TurnFailed(Exception):
+    """A turn that did not finish, for the channels that want one answer (turn_run): the
+    Failed event, and the session its user message is stored in."""
+
+    def __init__(self, failed: Failed, session: ChatSession):
+        super().__init__(failed.detail)
+        self.failed = failed
+        self.session = session
+
+
+# --- the turn --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnStream:
+    """A started turn: its session (the user message is stored in it) and its events."""
+
+    session: ChatSession
+    events: Iterator[TurnEvent]
+
+    def __iter__(self) -> Iterator[TurnEvent]:
+        return self.events
+
+    def close(self) -> None:
+        """Stop consuming (the console's Ctrl-C): the session's claim is given back."""
+        self.events.close()
+
+
+def turn_start(plan: TurnPlan) -> TurnStream:
+    """Claim the session and store the user message now, then return the turn's events.
+
+    Raised here, before any event and with nothing written: sessions_app's SessionBusy (another
+    turn on this session did not finish within ETHAN_TURN_WAIT_SECONDS) and a DatabaseError
+    that kept the message from being stored. Turns on one session run one at a time: a new
+    session needs no claim (nobody else knows its id yet)."""
+    session, token = plan.session, ""
+    if session is not None and session.is_persisted:
+        token = session_services.session_turn_claim(
+            session=session,
+            wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS,
+            stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS,
+        )
+    try:
+        if session is None:
+            session = session_services.session_start(
+                owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
+            )
+        elif session.model != plan.model:
+            if session.is_persisted:
+                session_services.session_set_model(session=session, model=plan.model)
+            else:
+                session.model = plan.model
+        session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
+    except BaseException:
+        _release(session, token)
+        raise
+    return TurnStream(session=session, events=_events(plan, session, token))
+
+
+def _release(session: ChatSession | None, token: str) -> None:
+    """Give the session back, whatever happened. A database that fails here is logged, not
+    raised: it must not hide the turn's own result, and the claim goes stale on its own."""
+    if not token or session is None:
+        return
+    try:
+        session_services.session_turn_release(session=session, token=token)
+    except DatabaseError as exc:
+        log.error("session %s: could not release the turn's claim: %s", session.pk, exc)
+
+
+def turn_prompt(
+    *, plan: TurnPlan, session: ChatSession, stored: bool
+) -> tuple[SystemPrompt, list[llm.Message]]:
+    """The system prompt and the context of a turn: the same code for the turn (its message
+    `stored` already) and for GET /api/context (not stored: a preview that marks nothing)."""
+    system = build_system(
+        owner=plan.owner,
+        mode=plan.mode,
+        path=plan.path,
+        text=plan.text,
+        session_id=session.pk if session.is_persisted else None,
+        # Relevance looks at the person's previous message too.
+        previous=_user_message(session, skip=1 if stored else 0),
+    )
+    context = build_context(
+        session=session,
+        current_input=None if stored else plan.text,
+        # Facts already in <memory_context> are not repeated in the long-term block.
+        exclude_fact_ids=[fact.pk for fact in system.facts],
+    )
+    return system, context
+
+
+def _user_message(session: ChatSession, skip: int) -> str:
+    """The session's latest user message (`skip` = 1: the one before it)."""
+    if not session.is_persisted:
+        return ""
+    earlier = (
+        Message.objects.filter(session=session, role=Message.Role.USER)
+        .order_by("-seq")
+        .values_list("content", flat=True)[skip : skip + 1]
+    )
+    return next(iter(earlier), "")
+
+
+def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEvent]:
+    released = False
+    try:
+        yield Started(session_id=session.pk, path=plan.path, model=plan.model)
+        try:
+            last = yield from _answer(plan, session)
+        except llm.ModelError as exc:
+            unavailable = isinstance(exc, llm.ModelUnavailable)
+            last = Failed(
+                kind="model_unavailable" if unavailable else "model_failed",
+                detail=str(exc),
+                retryable=unavailable,
+                session_id=session.pk,
+            )
+        except DatabaseError as exc:
+            log.error("database error during a turn in %s: %s", session.pk, type(exc).__name__)
+            first = next(iter(str(exc).strip().splitlines()), "") or type(exc).__name__
+            last = Failed(
+                kind="database",
+                detail=f"the database failed: {first}",
+                retryable=True,
+                session_id=session.pk,
+            )
+        # All of the turn's work is done before its last event, which a consumer may stop at:
+        # consolidation is queued (after the reply or the failure: the stored message still
+        # counts as a round, and if the compression model is down too the task's retries
+        # catch up), on a worker once this commits, or in-process after the reply (embedded
+        # mode); and the session is given back for the next turn.
+        enqueue(consolidate_session, session.pk)
+        _release(session, token)
+        released = True
+        yield last
+    finally:
+        if not released:  # stopped early (Ctrl-C, an error): the claim is given back all the same
+            _release(session, token)
+
+
+def _answer(plan: TurnPlan, session: ChatSession) -> Generator[TurnEvent, None, Done]:
+    """The model's side: prompt, context, and the tool loop, streamed; returns the Done event
+    (the reply is stored by then)."""
+    path_settings = SETTINGS[plan.path]
+    system, context = turn_prompt(plan=plan, session=session, stored=True)
+    memory_services.facts_mark_injected(facts=system.facts)  # injected facts count as used
+    tools = TOOL_SPECS if path_settings.tools else ()
+    max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS
+    input_tokens = output_tokens = tool_count = 0
+    offline = False
+    step = 0
+    while True:
+        step += 1
+        completion = None
+        # The last allowed call offers no tools: the model has to answer in words.
+        for event in llm.stream(
+            model=plan.model,
+            system=system.text,
+            messages=context,
+            tools=tools if step < max_calls else (),
+            max_tokens=path_settings.max_tokens,
+        ):
+            if isinstance(event, llm.TextDelta):
+                if event.text:
+                    yield Delta(text=event.text)
+            else:
+                completion = event.completion
+        input_tokens += completion.usage.input_tokens
+        output_tokens += completion.usage.output_tokens
+        offline = offline or bool(completion.meta.get("offline"))
+        # On the last allowed call tools were not offered: calls a model sends anyway are
+        # not run, and what it wrote is the reply.
+        if not completion.tool_calls or step == max_calls:
+            session_services.message_append(
+                session=session, role=Message.Role.ASSISTANT, content=completion.text
+            )
+            return Done(
+                session_id=session.pk,
+                reply=completion.text,
+                path=plan.path,
+                model=plan.model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                model_calls=step,
+                tool_calls=tool_count,
+                offline=offline,
+            )
+        for call in completion.tool_calls:
+            yield ToolCalled(tool=call.name, arguments=call.arguments)
+        results = _tool_step_write(owner=plan.owner, session=session, completion=completion)
+        context.append(completion.as_message())
+        for call, result in zip(completion.tool_calls, results, strict=True):
+            context.append(llm.Message.tool(call.id, result, name=call.name))
+            ok = not result.startswith("error:")
+            yield ToolResult(tool=call.name, ok=ok, summary=result[:200])
+        tool_count += len(results)
+
+
+@transaction.atomic
+def _tool_step_write(
+    *, owner: AbstractBaseUser, session: ChatSession, completion: llm.Completion
+) -> list[str]:
+    """Store one tool step whole or not at all: the assistant message with its tool calls,
+    what the tools wrote (facts, procedures, profile) and their results. A database error
+    half-way leaves no call without its result (which no provider would accept back) and no
+    fact pointing at a message that is not there. The model call stays outside: no
+    transaction is held open while a model thinks."""
+    assistant = session_services.message_append(
+        session=session,
+        role=Message.Role.ASSISTANT,
+        content=completion.text,
+        tool_calls=[call.to_json() for call in completion.tool_calls],
+    )
+    results = []
+    for call in completion.tool_calls:
+        result = _run_tool_logged(owner=owner, session=session, message=assistant, call=call)
+        session_services.message_append(
+            session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
+        )
+        results.append(result)
+    return results
+
+
+def _run_tool_logged(*, owner, session: ChatSession, message: Message, call: ToolCall) -> str:
+    result = run_tool(owner=owner, session=session, message=message, call=call)
+    if result.startswith("error:"):
+        log.info("tool %s in %s refused: %s", call.name, session.id, result)
+    return result
+
+
+def turn_interrupted(*, session: ChatSession, shown: str) -> None:
+    """The person stopped the reply (Ctrl-C): what they saw is stored as the reply, marked
+    interrupted, so the next turn's context holds it. Nothing shown, nothing stored."""
+    if shown.strip() and session.is_persisted:
+        session_services.message_append(
+            session=session, role=Message.Role.ASSISTANT, content=shown, interrupted=True
+        )
+
+
+# --- the drained form ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    session: ChatSession
+    reply: str
+    path: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    tool_calls: int
+    offline: bool
+
+
+def turn_run(
+    *,
+    owner: AbstractBaseUser,
+    session: ChatSession | None,
+    text: str,
+    mode: str | None = None,
+    path: str | None = None,
+    model: str | None = None,
+    channel: str = ChatSession.Channel.API,
+) -> TurnResult:
+    """One whole turn, for the channels that answer once (the JSON API, Lark, scripts).
+    Raises TurnInputError or SessionBusy (nothing written), TurnFailed (the message is stored
+    in `.session`), or a DatabaseError before the message could be stored."""
+    plan = turn_plan(
+        owner=owner, session=session, text=text, mode=mode, path=path, model=model, channel=channel
+    )
+    stream = turn_start(plan)
+    for event in stream:
+        if isinstance(event, Failed):
+            raise TurnFailed(event, stream.session)
+        if isinstance(event, Done):
+            return TurnResult(
+                session=stream.session,
+                reply=event.reply,
+                path=event.path,
+                model=event.model,
+                input_tokens=event.input_tokens,
+                output_tokens=event.output_tokens,
+                model_calls=event.model_calls,
+                tool_calls=event.tool_calls,
+                offline=event.offline,
+            )
+    raise RuntimeError("a turn ended without done or error")  # a bug, never a person's input

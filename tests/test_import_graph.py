@@ -1,0 +1,207 @@
+"""The project's import graph, read with `ast` (nothing is imported): no cycles, and the layering
+of ARCHITECTURE.md, counting module-level imports only.
+
+An import inside a function runs when the function is called, after every module has loaded, so
+it may point back (a task importing the service it calls, a service importing a task's caller):
+that is how a service can enqueue a task whose module imports services. A class body runs at
+import time, so its imports count; an `if TYPE_CHECKING:` block never runs, so its imports don't.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = (
+    "ethan_site",
+    "llm",
+    "sessions_app",
+    "memory_app",
+    "profile_app",
+    "episodes_app",
+    "agent_app",
+)
+
+# ethan_site is two things: the composition root (settings, urls, celery, wsgi… which import the
+# apps) and a few modules of shared infrastructure that any layer may use.
+SHARED = {"ethan_site.api", "ethan_site.limits", "ethan_site.queue", "ethan_site.throttles"}
+
+# Which top-level package may import which at module level ("Imports point one way: agent_app →
+# the four layer apps → llm; memory_app may use sessions_app and profile_app; episodes_app may
+# use sessions_app; sessions_app and profile_app use neither of the others"). "shared" is the
+# SHARED modules above; every package may also import itself.
+ALLOWED = {
+    "llm": set(),
+    "shared": {"llm"},
+    "sessions_app": {"llm", "shared"},
+    "profile_app": {"llm", "shared"},
+    "memory_app": {"sessions_app", "profile_app", "llm", "shared"},
+    "episodes_app": {"sessions_app", "llm", "shared"},
+    "agent_app": {"sessions_app", "memory_app", "profile_app", "episodes_app", "llm", "shared"},
+}
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements that run when the module is imported (not those in functions)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+            return
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports at module level."""
+    modules = project_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in module_level_imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+                continue
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join([*package, *([base] if base else [])])
+            for alias in node.names:
+                # `from memory_app import services` imports the module memory_app.services.
+                sub = f"{base}.{alias.name}"
+                targets.add(sub if sub in modules else base)
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def layer(module: str) -> str:
+    return "shared" if module in SHARED else module.split(".")[0]
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return [_cycle_in(graph, set(component)) for component in components]
+
+
+def _cycle_in(graph: dict[str, set[str]], component: set[str]) -> list[str]:
+    """A concrete cycle through the component's first module (breadth-first, shortest)."""
+    start = min(component)
+    paths = {start: [start]}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v] & component):
+            if w == start:
+                return [*paths[v], start]
+            if w not in paths:
+                paths[w] = [*paths[v], w]
+                queue.append(w)
+    return sorted(component)  # unreachable: a strongly connected component has a cycle
+
+
+def test_the_graph_sees_the_project():
+    graph = import_graph()
+    assert "agent_app.turn" in graph and "memory_app.tasks" in graph
+    assert "sessions_app.services" in graph["agent_app.turn"]
+    assert "memory_app.tasks" in graph["agent_app.turn"]
+
+
+def test_module_level_imports_skip_functions_and_type_checking():
+    tree = ast.parse(
+        "import a\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import b\nelse:\n    import c\n"
+        "try:\n    import d\nexcept ImportError:\n    pass\n"
+        "class K:\n    import e\n    def m(self):\n        import f\n"
+        "def g():\n    import h\n"
+    )
+    names = {
+        alias.name
+        for node in module_level_imports(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert names == {"a", "c", "d", "e"}
+
+
+def test_find_cycles_reports_one():
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    cycles = find_cycles(import_graph())
+    assert not cycles, "module-level import cycles:\n" + "\n".join(
+        " -> ".join(cycle) for cycle in cycles
+    )
+
+
+def test_imports_point_one_way():
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        if layer(module) in ALLOWED
+        for target in targets
+        if layer(target) != layer(module) and layer(target) not in ALLOWED[layer(module)]
+    )
+    assert not wrong, "module-level imports against the layering:\n" + "\n".join(wrong)
