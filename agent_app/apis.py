@@ -22,6 +22,7 @@ from agent_app.turn import (
     Done,
     Failed,
     TurnInputError,
+    TurnStream,
     event_payload,
     turn_plan,
     turn_prompt,
@@ -105,16 +106,26 @@ def _failed_answer(failed: Failed) -> Response:
     )
 
 
-def _sse(events) -> Iterator[str]:
-    """Server-Sent Events of a turn. A client that goes away does not stop the turn: the
-    server closes this generator, and the rest of the turn is run (and stored) regardless."""
-    try:
-        for event in events:
+class EventStream:
+    """A turn as Server-Sent Events. The server closes it when the response is over; a client
+    that went away (even before the first event) does not stop the turn: closing runs the
+    rest of it, so the reply is still written and stored."""
+
+    def __init__(self, turn: TurnStream):
+        self.turn = turn
+        self.lines = self._lines()
+
+    def _lines(self) -> Iterator[str]:
+        for event in self.turn:
             payload = json.dumps(event_payload(event), ensure_ascii=False)
             yield f"event: {event.name}\ndata: {payload}\n\n"
-    finally:
-        for _ in events:  # only does anything once the client is gone
-            pass
+
+    def __iter__(self) -> Iterator[str]:
+        return self.lines
+
+    def close(self) -> None:
+        self.lines.close()
+        self.turn.finish()  # nothing left to do when the client read to the end
 
 
 class ChatApi(APIView):
@@ -185,7 +196,7 @@ class ChatApi(APIView):
         wants_stream = params["stream"] or "text/event-stream" in request.headers.get("Accept", "")
         if wants_stream:
             return StreamingHttpResponse(
-                _sse(turn.events),
+                EventStream(turn),
                 content_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )

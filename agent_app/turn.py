@@ -221,13 +221,22 @@ class TurnStream:
 
     session: ChatSession
     events: Iterator[TurnEvent]
+    token: str = ""  # the session's claim, given back when the turn ends or is stopped
 
     def __iter__(self) -> Iterator[TurnEvent]:
         return self.events
 
     def close(self) -> None:
-        """Stop consuming (the console's Ctrl-C): the session's claim is given back."""
+        """Stop here (the console's Ctrl-C): the session's claim is given back, also when no
+        event was read yet (closing a generator that never started runs none of its code)."""
         self.events.close()
+        _release(self.session, self.token)
+
+    def finish(self) -> None:
+        """Run the rest of the turn with nobody reading (a web client that left): the reply
+        is still written and stored."""
+        for _ in self.events:
+            pass
 
 
 def turn_start(plan: TurnPlan) -> TurnStream:
@@ -258,7 +267,7 @@ def turn_start(plan: TurnPlan) -> TurnStream:
     except BaseException:
         _release(session, token)
         raise
-    return TurnStream(session=session, events=_events(plan, session, token))
+    return TurnStream(session=session, events=_events(plan, session, token), token=token)
 
 
 def _release(session: ChatSession | None, token: str) -> None:

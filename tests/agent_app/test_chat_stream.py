@@ -255,3 +255,37 @@ def test_a_client_that_goes_away_mid_stream_does_not_stop_the_turn(served, paced
         time.sleep(0.1)
     assert _stored(server.home, "user") == ["tell me"]
     assert _stored(server.home, "assistant") == [ANSWER]
+
+
+def test_a_stream_nobody_reads_still_answers_and_gives_the_session_back(
+    api_for, owner, make_session, llm_config
+):
+    """The response closed before its first event (a client gone at once): the turn runs."""
+    session = make_session(owner, "hi", "hello")
+    response = api_for(owner).post(
+        "/api/chat",
+        {"message": "are you there?", "session_id": session.pk, "stream": True},
+        format="json",
+    )
+    response.close()
+    session.refresh_from_db()
+    assert session.turn_claim == ""
+    assert list(session.messages.order_by("seq").values_list("role", flat=True)) == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+
+
+def test_a_turn_stopped_before_its_first_event_gives_the_session_back(
+    owner, make_session, llm_config
+):
+    from agent_app.turn import turn_plan, turn_start
+
+    session = make_session(owner, "hi", "hello")
+    turn = turn_start(turn_plan(owner=owner, session=session, text="stop at once"))
+    assert ChatSession.objects.get(pk=session.pk).turn_claim != ""
+    turn.close()
+    assert ChatSession.objects.get(pk=session.pk).turn_claim == ""
+    assert session.messages.count() == 3  # the message is kept
