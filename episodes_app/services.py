@@ -37,7 +37,7 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
     if earlier_summary.strip() and first > 1:
         messages = [LLMMessage.user(f"[对话摘要]\n{earlier_summary.strip()}"), *messages]
     model = llm.compression_model(session.model or llm.default_model())
-    summary = llm_memory.summarize(model=model, messages=messages)
+    summary = llm_memory.summarize(model=model, rounds=messages)
     said = [m.content for m in messages if m.role == "user"]
     episode, _ = Episode.objects.update_or_create(
         owner_id=session.owner_id,

@@ -9,31 +9,17 @@ from collections.abc import Iterator, Sequence
 from llm import config
 from llm.errors import ModelUnavailable
 from llm.provider import Provider, Request
+from llm.registry import provider_entry
 from llm.retry import stream_with_retries
-from llm.routing import ANTHROPIC, GEMINI, OFFLINE, OPENAI, provider_for
+from llm.routing import provider_for
 from llm.types import Completion, Message, StreamEnd, StreamEvent, ToolSpec
 
 
 @functools.cache
 def get_provider(name: str) -> Provider:
-    # Imported on first use: a laptop on the offline model never loads the three SDKs.
-    if name == OPENAI:
-        from llm.openai_adapter import OpenAIProvider
-
-        return OpenAIProvider()
-    if name == ANTHROPIC:
-        from llm.anthropic_adapter import AnthropicProvider
-
-        return AnthropicProvider()
-    if name == GEMINI:
-        from llm.gemini_adapter import GeminiProvider
-
-        return GeminiProvider()
-    if name == OFFLINE:
-        from llm.offline import OfflineProvider
-
-        return OfflineProvider()
-    raise KeyError(name)
+    """The adapter registered for `name` (llm.registry), built once; its SDK is imported now,
+    on first use. ModelConfigError for a provider nobody registered."""
+    return provider_entry(name).chat()
 
 
 def stream(
@@ -45,7 +31,6 @@ def stream(
     max_tokens: int = 1024,
     timeout: float | None = None,
     json_mode: bool = False,
-    task: str = "chat",
 ) -> Iterator[StreamEvent]:
     """The answer of `model` (default: config.default_model()) as it is written: TextDelta
     events, then one StreamEnd carrying the whole Completion (tool calls arrive only there).
@@ -68,7 +53,6 @@ def stream(
         max_tokens=max_tokens,
         timeout=timeout if timeout is not None else settings.timeout,
         json_mode=json_mode,
-        task=task,
     )
     return stream_with_retries(
         lambda: provider.stream(request),
@@ -89,7 +73,6 @@ def complete(
     max_tokens: int = 1024,
     timeout: float | None = None,
     json_mode: bool = False,
-    task: str = "chat",
 ) -> Completion:
     """One completion from `model`: `stream(...)` drained, with the same retries and errors.
 
@@ -104,7 +87,6 @@ def complete(
         max_tokens=max_tokens,
         timeout=timeout,
         json_mode=json_mode,
-        task=task,
     )
     return drain(events)
 

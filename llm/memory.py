@@ -1,16 +1,25 @@
-"""The model calls of memory work: summarising rounds (warm) and extracting facts (cold).
+"""Memory work: summarising rounds (warm zone), extracting facts from them (cold zone) and
+folding summaries into the rolling summary.
 
-Both go through the compression model. Extraction asks for JSON with a stated schema and is
-validated (llm.structured). Every prompt says to keep the conversation's language: a Chinese
-conversation gives Chinese summaries and facts.
+Each step is a method of a MemoryModel, chosen by the compression model's provider through the
+registry (llm.registry): a language model is asked (PromptedMemory: the prompts below, JSON with
+a stated schema for extraction, validated and repaired once by llm.structured); the offline
+model computes the answer from the rounds themselves (llm.offline.OfflineMemory). Callers use
+the three entry points at the end, which take the compression model's id.
+
+Every prompt says to keep the conversation's language: a Chinese conversation gives Chinese
+summaries and facts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, Protocol
 
 from llm.client import complete
+from llm.registry import provider_entry
+from llm.routing import provider_for
 from llm.structured import complete_json
 from llm.types import Message
 
@@ -81,6 +90,14 @@ EXTRACT_SCHEMA: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One thing said in the rounds, as memory work reads it."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
 class ExtractedFact:
     content: str
     category: str
@@ -94,87 +111,149 @@ class ExtractedFact:
 class Extraction:
     facts: tuple[ExtractedFact, ...]
     psych: tuple[str, ...]
+    # True when the model decided each fact's action against the known facts it was shown.
+    # False (the offline model): every fact is an ADD, and the caller's rules decide.
+    judged: bool = True
 
 
-def render_transcript(messages: list[Message] | tuple[Message, ...]) -> str:
-    """`user: …` / `assistant: …` lines; tool traffic is left out (its effect is in the reply)."""
+class MemoryModel(Protocol):
+    """The memory work of one compression model."""
+
+    def summarize(self, turns: Sequence[Turn]) -> str:
+        """A short summary of the turns, in their language."""
+        ...
+
+    def extract(self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool) -> Extraction:
+        """Facts about the user in the turns (and, when `psych`, their feelings). `known` are
+        stored facts a judging model is shown as 1..n for its UPDATE/SUPERSEDE/NONE targets."""
+        ...
+
+    def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
+        """One rolling summary from the earlier one (maybe empty) and newer summaries."""
+        ...
+
+
+def turns_of(rounds: Iterable[Message]) -> tuple[Turn, ...]:
+    """The user messages and assistant replies that say something, their text stripped; tool
+    traffic is left out (its effect is in the reply)."""
+    return tuple(
+        Turn(role=message.role, text=message.content.strip())
+        for message in rounds
+        if message.role in ("user", "assistant") and message.content.strip()
+    )
+
+
+def render_transcript(turns: Iterable[Turn]) -> str:
+    """`user: …` / `assistant: …` lines, a turn's further lines indented by two spaces."""
     lines = []
-    for message in messages:
-        if message.role in ("user", "assistant") and message.content.strip():
-            text = message.content.strip().replace("\n", "\n  ")
-            lines.append(f"{message.role}: {text}")
+    for turn in turns:
+        text = turn.text.replace("\n", "\n  ")
+        lines.append(f"{turn.role}: {text}")
     return "\n".join(lines)
 
 
-def summarize(
-    *, model: str, messages: list[Message] | tuple[Message, ...], max_tokens: int = 400
-) -> str:
-    completion = complete(
-        model=model,
-        system=SUMMARY_SYSTEM,
-        task="summarize",
-        max_tokens=max_tokens,
-        messages=[Message.user(render_transcript(messages))],
-    )
-    return completion.text.strip()
+def render_fold_input(*, rolling: str, summaries: Sequence[str]) -> str:
+    """`Earlier summary:` (when there is one) and `Newer summary n:` sections, blank-line apart."""
+    parts = [f"Earlier summary:\n{rolling.strip()}"] if rolling.strip() else []
+    parts += [f"Newer summary {n}:\n{text.strip()}" for n, text in enumerate(summaries, 1)]
+    return "\n\n".join(parts)
+
+
+class PromptedMemory:
+    """Memory work by a language model: one prompt per step (two when an extraction's JSON has
+    to be repaired). Model failures are raised typed (llm.errors), with the retries of
+    llm.complete; an extraction still invalid after its repair raises ModelOutputError."""
+
+    summary_max_tokens = 400
+    extract_max_tokens = 1200
+    fold_max_tokens = 600
+
+    def __init__(self, model: str):
+        self.model = model
+
+    def summarize(self, turns: Sequence[Turn]) -> str:
+        completion = complete(
+            model=self.model,
+            system=SUMMARY_SYSTEM,
+            max_tokens=self.summary_max_tokens,
+            messages=[Message.user(render_transcript(turns))],
+        )
+        return completion.text.strip()
+
+    def extract(self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool) -> Extraction:
+        system = EXTRACT_SYSTEM + (PSYCH_ADDENDUM if psych else "")
+        if known:
+            system += KNOWN_FACTS_ADDENDUM + "\n".join(
+                f"{n}. {text}" for n, text in enumerate(known, start=1)
+            )
+        data = complete_json(
+            model=self.model,
+            system=system,
+            prompt=render_transcript(turns),
+            schema=EXTRACT_SCHEMA,
+            label="extract_psych" if psych else "extract",
+            max_tokens=self.extract_max_tokens,
+        )
+        facts = []
+        for item in data["facts"]:
+            target = item.get("target")
+            if target is not None and not 1 <= target <= len(known):
+                target = None  # a number outside the list: the fact is treated as new
+            action = item.get("action") or "ADD"
+            if action != "ADD" and target is None:
+                action = "ADD"
+            if item["content"].strip():
+                facts.append(
+                    ExtractedFact(
+                        content=item["content"].strip(),
+                        category=item["category"],
+                        importance=float(item["importance"]),
+                        action=action,
+                        target=target,
+                    )
+                )
+        psych_items = (
+            tuple(item.strip() for item in data.get("psych", []) if item.strip()) if psych else ()
+        )
+        return Extraction(facts=tuple(facts), psych=psych_items, judged=True)
+
+    def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
+        completion = complete(
+            model=self.model,
+            system=FOLD_SYSTEM,
+            max_tokens=self.fold_max_tokens,
+            messages=[Message.user(render_fold_input(rolling=rolling, summaries=summaries))],
+        )
+        return completion.text.strip()
+
+
+# --- the entry points: the compression model's id picks the implementation ----------------------
+
+
+def memory_model(model: str) -> MemoryModel:
+    """The MemoryModel of `model`'s provider (llm.registry). ModelConfigError for an unknown
+    model id; a missing key is reported by the first call that needs it."""
+    return provider_entry(provider_for(model)).memory(model)
+
+
+def summarize(*, model: str, rounds: Sequence[Message]) -> str:
+    """A short summary of the rounds (user messages and assistant replies; tool traffic is
+    left out), in the conversation's language."""
+    return memory_model(model).summarize(turns_of(rounds))
 
 
 def extract(
     *,
     model: str,
-    messages: list[Message] | tuple[Message, ...],
+    rounds: Sequence[Message],
     psych: bool = False,
-    known: list[str] | tuple[str, ...] = (),
-    max_tokens: int = 1200,
+    known: Sequence[str] = (),
 ) -> Extraction:
-    """Facts (and, when `psych`, feelings) from a transcript. `known` are existing facts shown
-    to the model as 1..n, so its UPDATE/SUPERSEDE/NONE targets can only name those."""
-    system = EXTRACT_SYSTEM + (PSYCH_ADDENDUM if psych else "")
-    if known:
-        system += KNOWN_FACTS_ADDENDUM + "\n".join(
-            f"{n}. {text}" for n, text in enumerate(known, start=1)
-        )
-    data = complete_json(
-        model=model,
-        system=system,
-        prompt=render_transcript(messages),
-        schema=EXTRACT_SCHEMA,
-        task="extract_psych" if psych else "extract",
-        max_tokens=max_tokens,
-    )
-    facts = []
-    for item in data["facts"]:
-        target = item.get("target")
-        if target is not None and not 1 <= target <= len(known):
-            target = None  # a number outside the list: the fact is treated as new
-        action = item.get("action") or "ADD"
-        if action != "ADD" and target is None:
-            action = "ADD"
-        if item["content"].strip():
-            facts.append(
-                ExtractedFact(
-                    content=item["content"].strip(),
-                    category=item["category"],
-                    importance=float(item["importance"]),
-                    action=action,
-                    target=target,
-                )
-            )
-    psych_items = (
-        tuple(item.strip() for item in data.get("psych", []) if item.strip()) if psych else ()
-    )
-    return Extraction(facts=tuple(facts), psych=psych_items)
+    """Facts (and, when `psych`, feelings) from the rounds. `known` are existing facts shown
+    to a judging model as 1..n, so its UPDATE/SUPERSEDE/NONE targets can only name those."""
+    return memory_model(model).extract(turns_of(rounds), known=tuple(known), psych=psych)
 
 
-def fold(*, model: str, rolling: str, summaries: list[str], max_tokens: int = 600) -> str:
+def fold(*, model: str, rolling: str, summaries: Sequence[str]) -> str:
     """One rolling summary from the earlier one and the newer warm summaries."""
-    parts = [f"Earlier summary:\n{rolling.strip()}"] if rolling.strip() else []
-    parts += [f"Newer summary {n}:\n{text.strip()}" for n, text in enumerate(summaries, 1)]
-    completion = complete(
-        model=model,
-        system=FOLD_SYSTEM,
-        task="fold",
-        max_tokens=max_tokens,
-        messages=[Message.user("\n\n".join(parts))],
-    )
-    return completion.text.strip()
+    return memory_model(model).fold(rolling=rolling, summaries=tuple(summaries))

@@ -12,26 +12,31 @@ keep every code path of the memory system working on a laptop with no key (and i
   on, don't use emoji"; not "Always a pleasure to talk to you" or "Never mind, forget it")).
   After the tool results it confirms what it stored. A question that shares terms with a fact
   in <memory_context> gets that fact back; otherwise a short acknowledgement.
+
+Every completion says {"offline": True} in its meta; usage is our token estimate.
+
+Its memory work (OfflineMemory, llm.memory's MemoryModel) is computed from the rounds
+themselves, never from a prompt:
+
 - summarize: an extractive summary: the first sentence of each user turn (signal sentences first),
   in the conversation's language.
 - fold: the items of the earlier and newer summaries merged, duplicates dropped, newest kept.
-- extract / extract_psych: facts found by patterns, with categories and the design's confidences
-  (0.8; 0.9 for 偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), and in companion mode
-  the user's feelings for the profile's 心理与情绪 section.
-
-Every completion says {"offline": True} in its meta; usage is our token estimate.
+- extract: facts found by patterns, with categories and the design's confidences (0.8; 0.9 for
+  偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), and in companion mode the user's
+  feelings for the profile's 心理与情绪 section. It does not judge against known facts: the
+  consolidator's rules do.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llm.errors import ModelError
+from llm.memory import ExtractedFact, Extraction, Turn, render_fold_input
 from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import language_of, overlap, sentences
@@ -189,17 +194,7 @@ class OfflineProvider:
     def answer(self, request: Request) -> Completion:
         """The whole answer at once (the offline model has nothing to wait for)."""
         started = time.perf_counter()
-        if request.task == "summarize":
-            text, calls = summarize(_transcript_turns(request.messages)), ()
-        elif request.task == "fold":
-            text, calls = fold(request.messages[-1].content if request.messages else ""), ()
-        elif request.task in ("extract", "extract_psych"):
-            found = extract(
-                _transcript_turns(request.messages), psych=request.task == "extract_psych"
-            )
-            text, calls = json.dumps(found, ensure_ascii=False), ()
-        else:
-            text, calls = chat(request)
+        text, calls = chat(request)
         prompt = request.system + "".join(m.content for m in request.messages)
         return Completion(
             text=text,
@@ -357,31 +352,43 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     return (f"（离线模式）收到：{snippet}" if zh else f"(offline mode) Noted: {snippet}"), ()
 
 
-# --- compression ---------------------------------------------------------------------------------
+# --- memory work (llm.memory.MemoryModel) -------------------------------------------------------
 
 
-def _transcript_turns(messages: tuple[Message, ...]) -> list[tuple[str, str]]:
-    """(role, text) turns from a transcript rendered by llm.memory.render_transcript."""
-    source = "\n".join(m.content for m in messages if m.role == "user")
-    turns: list[tuple[str, str]] = []
-    for line in source.splitlines():
-        match = re.match(r"^(user|assistant): ?(.*)$", line)
-        if match:
-            turns.append((match.group(1), match.group(2)))
-        elif turns and line.startswith("  "):
-            role, text = turns[-1]
-            turns[-1] = (role, f"{text}\n{line[2:]}")
-    return turns
+class OfflineMemory:
+    """Summaries, facts and rolling summaries computed from the rounds themselves, with no
+    language model: the same rounds always give the same strings. Only what the user said is
+    read; the assistant's replies add nothing the user told about themselves."""
+
+    def summarize(self, turns: Sequence[Turn]) -> str:
+        return summarize(_user_texts(turns))
+
+    def extract(self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool) -> Extraction:
+        # It does not judge against `known`: every fact is an ADD, and the consolidator's
+        # documented rules decide what it means (judged=False).
+        facts, feelings = extract(_user_texts(turns), psych=psych)
+        return Extraction(facts=facts, psych=feelings, judged=False)
+
+    def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
+        # The language is judged over the input as a language model would read it, section
+        # labels included, as it always was: the same summaries fold into the same language.
+        # (Over the summaries alone, mixed Chinese and English near the threshold would flip.)
+        zh = language_of(render_fold_input(rolling=rolling, summaries=summaries)) == "zh"
+        return fold([rolling, *summaries], zh=zh)
 
 
-def summarize(turns: list[tuple[str, str]]) -> str:
-    user_text = [text for role, text in turns if role == "user"]
-    all_text = " ".join(user_text)
-    zh = language_of(all_text) == "zh"
+def _user_texts(turns: Sequence[Turn]) -> list[str]:
+    """What the user said, turn by turn, every line break a plain newline."""
+    return ["\n".join(turn.text.splitlines()) for turn in turns if turn.role == "user"]
+
+
+def summarize(user_texts: Sequence[str]) -> str:
+    """Extractive: signal sentences (preferences, decisions, facts) first, then each turn's
+    first sentence; SUMMARY_ITEMS at most, in the language the user wrote in."""
+    zh = language_of(" ".join(user_texts)) == "zh"
     picked: list[str] = []
-    # Signal sentences (preferences, decisions, facts) first, then each turn's first sentence.
-    candidates = [s for t in user_text for s in sentences(t) if _SIGNAL.search(s)]
-    candidates += [sentences(t)[0] for t in user_text if sentences(t)]
+    candidates = [s for t in user_texts for s in sentences(t) if _SIGNAL.search(s)]
+    candidates += [sentences(t)[0] for t in user_texts if sentences(t)]
     for sentence in candidates:
         sentence = _clean(sentence)[:SUMMARY_SENTENCE_CHARS]
         if sentence and sentence not in picked:
@@ -397,13 +404,15 @@ def summarize(turns: list[tuple[str, str]]) -> str:
     )
 
 
-def extract(turns: list[tuple[str, str]], psych: bool) -> dict[str, Any]:
-    facts: list[dict[str, Any]] = []
+def extract(
+    user_texts: Sequence[str], *, psych: bool
+) -> tuple[tuple[ExtractedFact, ...], tuple[str, ...]]:
+    """Facts found by patterns, each sentence once, in the third person; and, when `psych`,
+    the sentences about feelings."""
+    facts: list[ExtractedFact] = []
     feelings: list[str] = []
     seen: set[str] = set()
-    for role, text in turns:
-        if role != "user":
-            continue
+    for text in user_texts:
         for sentence in sentences(text):
             strong = bool(_FACT_RULES[0].pattern.search(sentence))
             content = _clean(_STRONG_PREFIX.sub("", sentence))
@@ -411,38 +420,33 @@ def extract(turns: list[tuple[str, str]], psych: bool) -> dict[str, Any]:
                 category, confidence = _categorise(sentence)
                 seen.add(content)
                 facts.append(
-                    {
-                        "content": about_user(content),
-                        "category": category,
-                        "importance": 0.95 if strong else confidence,
-                        "action": "ADD",
-                        "target": None,
-                    }
+                    ExtractedFact(
+                        content=about_user(content),
+                        category=category,
+                        importance=0.95 if strong else confidence,
+                    )
                 )
             feeling = about_user(_clean(sentence))
             if psych and _PSYCH.search(sentence) and feeling not in feelings:
                 feelings.append(feeling)
-    result: dict[str, Any] = {"facts": facts}
-    if psych:
-        result["psych"] = feelings
-    return result
+    return tuple(facts), tuple(feelings)
 
 
 FOLD_ITEMS = 10
+_SUMMARY_PREFIX = re.compile(r"^(?:用户提到：|The user said: )")
 
 
-def fold(text: str) -> str:
+def fold(summaries: Sequence[str], *, zh: bool) -> str:
     """Merge summaries extractively: their items, oldest first, duplicates dropped, the newest
     FOLD_ITEMS kept (newer details win)."""
     items: list[str] = []
-    zh = language_of(text) == "zh"
-    for block in re.split(r"\n\s*\n", text):
-        body = block.split("\n", 1)[1] if ":" in block.split("\n", 1)[0] else block
-        body = re.sub(r"^(?:用户提到：|The user said: )", "", body.strip())
-        for item in re.split(r"[；;]\s*", body):
-            item = _clean(item)
-            if item and item not in items:
-                items.append(item)
+    for text in (text.strip() for text in summaries):
+        for paragraph in re.split(r"\n\s*\n", text):
+            body = _SUMMARY_PREFIX.sub("", paragraph.strip())
+            for item in re.split(r"[；;]\s*", body):
+                item = _clean(item)
+                if item and item not in items:
+                    items.append(item)
     kept = items[-FOLD_ITEMS:]
     if not kept:
         return ""

@@ -23,9 +23,6 @@ class Request:
     timeout: float
     # Ask for a JSON answer (structured output for memory work).
     json_mode: bool = False
-    # What the call is for: "chat", "summarize", "extract". Real models need no hint (the
-    # prompt says it all); the offline model uses it to pick its behaviour.
-    task: str = "chat"
 
 
 class Provider(Protocol):

@@ -56,15 +56,18 @@ def complete_json(
     system: str,
     prompt: str,
     schema: dict[str, Any],
-    task: str = "extract",
+    label: str = "extract",
     max_tokens: int = 1200,
 ) -> Any:
+    """The JSON answer of `model` to `prompt`, validated against `schema`; an invalid answer is
+    sent back once to be repaired. ModelOutputError (naming `label`, what the answer was for)
+    when the repair is invalid too."""
     instruction = (
         f"{system}\n\nAnswer with one JSON document only, no prose, matching this JSON schema:\n"
         f"{json.dumps(schema, ensure_ascii=False)}"
     )
     ask = functools.partial(
-        complete, model=model, system=instruction, max_tokens=max_tokens, json_mode=True, task=task
+        complete, model=model, system=instruction, max_tokens=max_tokens, json_mode=True
     )
     messages = [Message.user(prompt)]
     first = ask(messages=messages)
@@ -89,5 +92,5 @@ def complete_json(
             problem,
         )
         raise ModelOutputError(
-            f"{model} gave no valid JSON for {task} after one repair: {problem}", raw=second.text
+            f"{model} gave no valid JSON for {label} after one repair: {problem}", raw=second.text
         ) from problem

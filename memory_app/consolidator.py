@@ -84,7 +84,7 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
     end = start + config.compress_batch
     model = compression_model(session)
     text = llm_memory.summarize(
-        model=model, messages=rounds_messages(session=session, first=start + 1, last=end)
+        model=model, rounds=rounds_messages(session=session, first=start + 1, last=end)
     )
     with transaction.atomic():
         claimed = WorkingState.objects.filter(session=session, compressed_through=start).update(
@@ -122,7 +122,7 @@ def _similarity(a: str, b: str) -> float:
 
 
 def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[str, Fact | None]:
-    """The documented rules used when no language model judges (the offline model):
+    """The documented rules used when the model did not judge (the offline model):
 
     - the same words (ignoring case, spacing, punctuation) as an active fact → NONE
       (the fact is reinforced);
@@ -198,16 +198,12 @@ def _extract_if_due(
     if end - start < config.warm_capacity:
         return False
     model = compression_model(session)
-    offline = llm.provider_for(model) == "offline"
-    messages = rounds_messages(session=session, first=start + 1, last=end)
-    transcript = llm_memory.render_transcript(messages)
+    rounds = rounds_messages(session=session, first=start + 1, last=end)
+    transcript = llm_memory.render_transcript(llm_memory.turns_of(rounds))
     known = closest_facts(owner=session.owner, text=transcript, limit=KNOWN_FACTS_SHOWN)
     companion = session.mode == ChatSession.Mode.COMPANION
     extraction = llm_memory.extract(
-        model=model,
-        messages=messages,
-        psych=companion,
-        known=[] if offline else [fact.content for fact in known],
+        model=model, rounds=rounds, psych=companion, known=[fact.content for fact in known]
     )
     warm = list(
         Summary.objects.filter(session=session, folded=False, last_round__lte=end).order_by(
@@ -228,7 +224,7 @@ def _extract_if_due(
             return True
         Summary.objects.filter(pk__in=[summary.pk for summary in warm]).update(folded=True)
         for item in extraction.facts:
-            if offline:
+            if not extraction.judged:  # the offline model: the documented rules decide
                 pool = closest_facts(owner=session.owner, text=item.content, limit=50)
                 action, target = decide_offline(item, pool)
             else:

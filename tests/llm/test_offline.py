@@ -246,11 +246,11 @@ ROUNDS_EN = [
 
 
 def test_offline_summary_is_extractive_in_the_conversation_language():
-    assert memory.summarize(model="offline", messages=ROUNDS_ZH) == (
+    assert memory.summarize(model="offline", rounds=ROUNDS_ZH) == (
         "用户提到：我是后端工程师，在杭州工作；我更喜欢简短的回答；记住：周五前要交季度报告；"
         "纠正一下，我住在上海，不是杭州；听音乐能让我放松。"
     )
-    assert memory.summarize(model="offline", messages=ROUNDS_EN) == (
+    assert memory.summarize(model="offline", rounds=ROUNDS_EN) == (
         "The user said: I am a backend engineer and I live in Porto; I prefer short answers; "
         "Remember that the launch is on Friday; We decided to ship the beta first; "
         "I'm so stressed lately."
@@ -258,7 +258,7 @@ def test_offline_summary_is_extractive_in_the_conversation_language():
 
 
 def test_offline_extraction_categories_and_strong_signal_confidences():
-    extraction = memory.extract(model="offline", messages=ROUNDS_ZH)
+    extraction = memory.extract(model="offline", rounds=ROUNDS_ZH)
     assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("用户是后端工程师，在杭州工作", "knowledge", 0.8),
         ("用户更喜欢简短的回答", "preference", 0.9),
@@ -267,7 +267,7 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
     ]
     assert extraction.psych == ()  # only asked for in companion mode
 
-    extraction = memory.extract(model="offline", messages=ROUNDS_EN)
+    extraction = memory.extract(model="offline", rounds=ROUNDS_EN)
     assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("User: I am a backend engineer and I live in Porto", "knowledge", 0.8),
         ("User: I prefer short answers", "preference", 0.9),
@@ -277,7 +277,7 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
 
 
 def test_offline_psych_extraction_only_when_asked():
-    zh = memory.extract(model="offline", messages=ROUNDS_ZH, psych=True)
+    zh = memory.extract(model="offline", rounds=ROUNDS_ZH, psych=True)
     assert zh.psych == ("最近压力很大，晚上失眠", "听音乐能让用户放松")
-    en = memory.extract(model="offline", messages=ROUNDS_EN, psych=True)
+    en = memory.extract(model="offline", rounds=ROUNDS_EN, psych=True)
     assert en.psych == ("User: I'm so stressed lately", "User: Long walks make me feel calm")

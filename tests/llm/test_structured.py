@@ -24,7 +24,7 @@ GOOD = {
 
 def test_extraction_prompt_states_the_schema_and_the_language(provider):
     provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
-    extraction = memory.extract(model=provider.model, messages=CONVERSATION)
+    extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
     assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("用户是后端工程师，住在杭州", "knowledge", 0.8),
         ("用户更喜欢简短的回答", "preference", 0.95),
@@ -46,7 +46,7 @@ def test_invalid_json_is_repaired_once(provider, caplog):
     provider.fake.reply(provider.text('{"facts": [{"content": "用户是后端工程师"'))  # cut off
     provider.fake.reply(provider.text("```json\n" + json.dumps(GOOD, ensure_ascii=False) + "\n```"))
     with caplog.at_level(logging.WARNING, logger="llm.structured"):
-        extraction = memory.extract(model=provider.model, messages=CONVERSATION)
+        extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
     assert len(extraction.facts) == 2
     assert "asking once to repair" in caplog.text
     repair = json.dumps(provider.fake.requests[1].body, ensure_ascii=False)
@@ -62,7 +62,7 @@ def test_still_invalid_after_repair_fails_loudly(provider, caplog):
         caplog.at_level(logging.ERROR, logger="llm.structured"),
         pytest.raises(ModelOutputError, match="after one repair") as error,
     ):
-        memory.extract(model=provider.model, messages=CONVERSATION)
+        memory.extract(model=provider.model, rounds=CONVERSATION)
     assert "does not match the schema at facts/0" in str(error.value)
     assert error.value.raw.startswith('{"facts"')
     assert structured.failures[provider.model] == before + 1
@@ -72,7 +72,7 @@ def test_still_invalid_after_repair_fails_loudly(provider, caplog):
 
 def test_summary_keeps_the_language_instruction(provider):
     provider.fake.reply(provider.text("用户是杭州的后端工程师，偏好简短回答。"))
-    summary = memory.summarize(model=provider.model, messages=CONVERSATION)
+    summary = memory.summarize(model=provider.model, rounds=CONVERSATION)
     assert summary == "用户是杭州的后端工程师，偏好简短回答。"
     assert "a Chinese conversation gets a Chinese summary" in json.dumps(
         provider.fake.requests[0].body

@@ -1,0 +1,83 @@
+"""Which code serves each provider: one table, name → how to build its chat adapter and its
+memory model.
+
+Every entry imports its module when it is first used, never at import time: a laptop on the
+offline model never loads the openai, anthropic or google-genai SDKs. A new provider is one
+entry here (and a rule in llm.routing.provider_for that names it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llm.errors import ModelConfigError
+from llm.routing import ANTHROPIC, GEMINI, OFFLINE, OPENAI
+
+if TYPE_CHECKING:
+    from llm.memory import MemoryModel
+    from llm.provider import Provider
+
+
+@dataclass(frozen=True)
+class ProviderEntry:
+    # Builds the adapter that streams completions (imports its SDK).
+    chat: Callable[[], Provider]
+    # The memory model (summarize, extract, fold) for one of the provider's model ids.
+    memory: Callable[[str], MemoryModel]
+
+
+def _openai() -> Provider:
+    from llm.openai_adapter import OpenAIProvider
+
+    return OpenAIProvider()
+
+
+def _anthropic() -> Provider:
+    from llm.anthropic_adapter import AnthropicProvider
+
+    return AnthropicProvider()
+
+
+def _gemini() -> Provider:
+    from llm.gemini_adapter import GeminiProvider
+
+    return GeminiProvider()
+
+
+def _offline() -> Provider:
+    from llm.offline import OfflineProvider
+
+    return OfflineProvider()
+
+
+def _prompted_memory(model: str) -> MemoryModel:
+    """A language model does memory work by being asked (llm.memory's prompts)."""
+    from llm.memory import PromptedMemory
+
+    return PromptedMemory(model)
+
+
+def _offline_memory(model: str) -> MemoryModel:
+    """The offline model does it directly, on the rounds themselves."""
+    from llm.offline import OfflineMemory
+
+    return OfflineMemory()
+
+
+PROVIDERS: dict[str, ProviderEntry] = {
+    OPENAI: ProviderEntry(chat=_openai, memory=_prompted_memory),
+    ANTHROPIC: ProviderEntry(chat=_anthropic, memory=_prompted_memory),
+    GEMINI: ProviderEntry(chat=_gemini, memory=_prompted_memory),
+    OFFLINE: ProviderEntry(chat=_offline, memory=_offline_memory),
+}
+
+
+def provider_entry(name: str) -> ProviderEntry:
+    """The registered entry for a provider name; ModelConfigError for a name nobody registered."""
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        known = ", ".join(sorted(PROVIDERS))
+        raise ModelConfigError(f"no provider named {name!r} (known: {known})") from None
