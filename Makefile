@@ -65,8 +65,8 @@ beat: migrate
 	$(VENV)/bin/celery -A ethan_site beat --loglevel INFO
 
 # The quick benchmark set; each appends its results to docs/benchmarks.md. The first four run
-# embedded (SQLite); the last two start gunicorn, a Celery worker and a scratch PostgreSQL
-# database with Redis, like the services suite.
+# embedded (SQLite); the last three start gunicorn, a Celery worker and a scratch PostgreSQL
+# database with Redis, like the services suite (first_delta also gunicorn on SQLite).
 bench: install
 	$(PY) -m bench.session_search --quick
 	$(PY) -m bench.import_speed --quick
@@ -74,6 +74,7 @@ bench: install
 	$(PY) -m bench.context_tokens --quick
 	$(PY) -m bench.lark_ack --quick
 	$(PY) -m bench.chat_throughput --quick
+	$(PY) -m bench.first_delta --quick
 
 clean:
 	rm -rf $(VENV) .test-home .bench-home .pytest_cache .ruff_cache *.egg-info

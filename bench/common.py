@@ -63,8 +63,10 @@ def database_label() -> str:
     return f"PostgreSQL {connection.pg_version // 10000}.{connection.pg_version % 10000}"
 
 
-def append_results(title: str, command: str, table: str) -> None:
-    """Append one run to docs/benchmarks.md: what ran, where, when, and the table."""
+def append_results(title: str, command: str, table: str, database: str | None = None) -> None:
+    """Append one run to docs/benchmarks.md: what ran, where, when, and the table. `database`
+    names the database(s) when this process has no Django of its own (a run made of child
+    processes, one per database); otherwise it is this process's."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -78,6 +80,6 @@ def append_results(title: str, command: str, table: str) -> None:
     with RESULTS.open("a", encoding="utf-8") as out:
         out.write(
             f"\n## {title}\n\n- command: `{command}`\n- machine: {machine()}\n"
-            f"- database: {database_label()}\n- date: {when}"
+            f"- database: {database or database_label()}\n- date: {when}"
             f"{f' (commit {commit})' if commit else ''}\n\n{table}\n"
         )
