@@ -246,28 +246,46 @@ def turn_start(plan: TurnPlan) -> TurnStream:
     turn on this session did not finish within ETHAN_TURN_WAIT_SECONDS) and a DatabaseError
     that kept the message from being stored. Turns on one session run one at a time: a new
     session needs no claim (nobody else knows its id yet)."""
-    session, token = plan.session, ""
-    if session is not None and session.is_persisted:
-        token = session_services.session_turn_claim(
-            session=session,
-            wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS,
-            stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS,
+    session = plan.session
+    if session is None:
+        session = session_services.session_start(
+            owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
         )
+    if not session.is_persisted:
+        session.model = plan.model
+        _store_question(plan, session)
+        return TurnStream(session=session, events=_events(plan, session, ""))
     try:
-        if session is None:
-            session = session_services.session_start(
-                owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
-            )
-        elif session.model != plan.model:
-            if session.is_persisted:
-                session_services.session_set_model(session=session, model=plan.model)
-            else:
-                session.model = plan.model
-        session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
-    except BaseException:
-        _release(session, token)
-        raise
+        # A free session (the usual case): claimed and the message stored in one transaction,
+        # one commit before the model is called. A concurrent claimer waits on the row lock
+        # for that commit, then finds the session claimed.
+        with transaction.atomic():
+            token = _claim(session, wait_seconds=0)
+            _store_question(plan, session)
+    except session_services.SessionBusy:
+        # Another turn is on it: wait for it outside any transaction (the claim must be seen
+        # by other connections as soon as it is made), then store.
+        token = _claim(session, wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS)
+        try:
+            _store_question(plan, session)
+        except BaseException:
+            _release(session, token)
+            raise
     return TurnStream(session=session, events=_events(plan, session, token), token=token)
+
+
+def _claim(session: ChatSession, *, wait_seconds: float) -> str:
+    return session_services.session_turn_claim(
+        session=session,
+        wait_seconds=wait_seconds,
+        stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS,
+    )
+
+
+def _store_question(plan: TurnPlan, session: ChatSession) -> None:
+    if session.is_persisted and session.model != plan.model:
+        session_services.session_set_model(session=session, model=plan.model)
+    session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
 
 
 def _release(session: ChatSession | None, token: str) -> None:
@@ -358,7 +376,7 @@ def _answer(plan: TurnPlan, session: ChatSession) -> Generator[TurnEvent, None, 
     (the reply is stored by then)."""
     path_settings = SETTINGS[plan.path]
     system, context = turn_prompt(plan=plan, session=session, stored=True)
-    memory_services.facts_mark_injected(facts=system.facts)  # injected facts count as used
+    unmarked = system.facts  # injected facts count as used: marked once the model answers
     tools = TOOL_SPECS if path_settings.tools else ()
     max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS
     input_tokens = output_tokens = tool_count = 0
@@ -375,6 +393,11 @@ def _answer(plan: TurnPlan, session: ChatSession) -> Generator[TurnEvent, None, 
             tools=tools if step < max_calls else (),
             max_tokens=path_settings.max_tokens,
         ):
+            if unmarked:
+                # Off the path to the first words: the UPDATE (a commit of its own) runs once
+                # the model has begun to answer, not before the request goes out.
+                memory_services.facts_mark_injected(facts=unmarked)
+                unmarked = []
             if isinstance(event, llm.TextDelta):
                 if event.text:
                     yield Delta(text=event.text)

@@ -175,9 +175,10 @@ def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_secon
     Turns on one session go one at a time so that each user message is followed by its own
     reply: two interleaved turns would pair rounds wrongly in every later context. The claim is
     a row field, not a lock held in a transaction (no transaction stays open while a model
-    thinks), so it holds across processes and machines on SQLite and PostgreSQL alike. Call
-    it outside any transaction: inside one, other connections would not see the claim until
-    the commit.
+    thinks), so it holds across processes and machines on SQLite and PostgreSQL alike. To
+    wait (wait_seconds > 0), call it outside any transaction: inside one, other connections
+    would not see the claim until the commit. With wait_seconds=0 it may run inside one, so
+    that the claim commits together with what follows it (the turn's user message).
     """
     token = secrets.token_hex(16)
     deadline = time.monotonic() + wait_seconds

@@ -8,6 +8,8 @@ import json
 import socket
 
 import pytest
+from django.core.signals import request_finished
+from django.db import close_old_connections
 
 from sessions_app.models import ChatSession, Message
 
@@ -267,7 +269,13 @@ def test_a_stream_nobody_reads_still_answers_and_gives_the_session_back(
         {"message": "are you there?", "session_id": session.pk, "stream": True},
         format="json",
     )
-    response.close()
+    # As Django's test client does around a request: the end of a response must not close
+    # the test's own database connection (it holds the test's transaction).
+    request_finished.disconnect(close_old_connections)
+    try:
+        response.close()
+    finally:
+        request_finished.connect(close_old_connections)
     session.refresh_from_db()
     assert session.turn_claim == ""
     assert list(session.messages.order_by("seq").values_list("role", flat=True)) == [
