@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
 import re
 import subprocess
@@ -41,15 +40,11 @@ from pathlib import Path
 
 from bench.common import ROOT, append_results, command_line, percentile, percentiles
 from bench.server import (
-    _OURS,
-    START_SECONDS,
     BenchStack,
     add_gunicorn_arguments,
     cpu_note,
     gunicorn_from_args,
-    request_once,
 )
-from llm.config import PROVIDER_VARS
 
 HISTORY_SIZES = (10, 100_000)
 QUICK_HISTORY_SIZES = (10, 1_000)
@@ -219,47 +214,8 @@ class EmbeddedStack(BenchStack):
     laptop. The deferred consolidation runs in the web worker after each answer is sent."""
 
     def _start(self) -> None:
-        self.env = self._environment(f"sqlite:///{self.home / 'ethan.sqlite3'}")
-        del self.env["CELERY_BROKER_URL"]
-        # As BenchStack does: the bench process's Django runs on the same settings.
-        for name in [n for n in os.environ if n not in self.env]:
-            if name.startswith(_OURS) or name in PROVIDER_VARS:
-                del os.environ[name]
-        os.environ.update(self.env)
-        import django
-        from django.core.management import call_command
-
-        django.setup()
-        call_command("migrate", interactive=False, verbosity=0)
-        self._spawn(
-            "gunicorn",
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "ethan_site.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                *self.gunicorn.args(),
-                "--log-level",
-                "warning",
-            ],
-        )
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            self._check_alive()
-            try:
-                status, _ = request_once(self.base_url, "GET", "/healthz")
-            except OSError:
-                status = 0
-            if status == 200:
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not answer /healthz within {START_SECONDS} s")
-            time.sleep(0.2)
+        self._start_web(f"sqlite:///{self.home / 'ethan.sqlite3'}", broker=False)
+        self._wait_web()
 
 
 # --- one database ----------------------------------------------------------------------------

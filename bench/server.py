@@ -205,7 +205,31 @@ class BenchStack:
 
     def _start(self) -> None:
         flush_broker()
-        self.env = self._environment(scratch_database())
+        self._start_web(scratch_database())
+        self.worker_name = f"bench-{secrets.token_hex(3)}@localhost"
+        # nice execs the worker: the pid (and process group) stay the worker's.
+        niced = ["nice", "-n", str(self.celery_nice)] if self.celery_nice else []
+        self._spawn(
+            "celery",
+            [
+                *niced,
+                # As deployed: one worker on both queues (README, `make worker`).
+                *worker_command(
+                    hostname=self.worker_name,
+                    pool="prefork",
+                    concurrency=self.celery_concurrency,
+                    loglevel="WARNING",
+                ),
+            ],
+        )
+        self._wait_ready()
+
+    def _start_web(self, database_url: str, *, broker: bool = True) -> None:
+        """The environment (this process's Django runs on the same settings), the migrated
+        database and gunicorn; `broker=False`: embedded mode, no CELERY_BROKER_URL."""
+        self.env = self._environment(database_url)
+        if not broker:
+            del self.env["CELERY_BROKER_URL"]
         for name in [n for n in os.environ if n not in self.env]:
             if name.startswith(_OURS) or name in PROVIDER_VARS:
                 del os.environ[name]
@@ -229,23 +253,6 @@ class BenchStack:
                 "warning",
             ],
         )
-        self.worker_name = f"bench-{secrets.token_hex(3)}@localhost"
-        # nice execs the worker: the pid (and process group) stay the worker's.
-        niced = ["nice", "-n", str(self.celery_nice)] if self.celery_nice else []
-        self._spawn(
-            "celery",
-            [
-                *niced,
-                # As deployed: one worker on both queues (README, `make worker`).
-                *worker_command(
-                    hostname=self.worker_name,
-                    pool="prefork",
-                    concurrency=self.celery_concurrency,
-                    loglevel="WARNING",
-                ),
-            ],
-        )
-        self._wait_ready()
 
     def _spawn(self, name: str, command: list[str]) -> None:
         log = (self.home / f"{name}.log").open("w")
@@ -273,6 +280,14 @@ class BenchStack:
     def _wait_ready(self) -> None:
         from ethan_site.celery import app as celery_app
 
+        deadline = self._wait_web()
+        while not celery_app.control.ping(destination=[self.worker_name], timeout=1.0):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Celery worker did not answer within {START_SECONDS} s")
+
+    def _wait_web(self) -> float:
+        """Until gunicorn answers /healthz; returns the start-up deadline."""
         deadline = time.monotonic() + START_SECONDS
         while True:
             self._check_alive()
@@ -281,14 +296,10 @@ class BenchStack:
             except OSError:
                 status = 0
             if status == 200:
-                break
+                return deadline
             if time.monotonic() > deadline:
                 raise RuntimeError(f"gunicorn did not answer /healthz within {START_SECONDS} s")
             time.sleep(0.2)
-        while not celery_app.control.ping(destination=[self.worker_name], timeout=1.0):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Celery worker did not answer within {START_SECONDS} s")
 
     # --- tear-down ---------------------------------------------------------------------------
 

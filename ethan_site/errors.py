@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import logging
 import os
@@ -22,6 +23,8 @@ from urllib.parse import quote
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
@@ -131,10 +134,11 @@ def mask_url_passwords(text: str) -> str:
     return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
 
 
+@functools.cache
 def _secret_values() -> tuple[str, ...]:
     """Every configured secret value, longest first: secret-named settings, the provider keys,
-    the environment's secret-named variables and the passwords inside URLs. Read afresh for
-    each page (errors are rare; settings may change under tests)."""
+    the environment's secret-named variables and the passwords inside URLs. Gathered once (every
+    log line is redacted), again after a setting changes (tests)."""
     values: set[str] = set()
 
     def add(value) -> None:
@@ -162,6 +166,11 @@ def _secret_values() -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
+@receiver(setting_changed)
+def _settings_changed(**kwargs) -> None:
+    _secret_values.cache_clear()
+
+
 def redact(text: str) -> str:
     """`text` with every configured secret value and every URL password masked."""
     if not settings.configured:  # a log line while the settings themselves load
@@ -180,26 +189,17 @@ class RedactingFormatter(logging.Formatter):
 
 
 class SecretsFilter(SafeExceptionReporterFilter):
-    """Django's filter, with URL credentials and configured secret values masked too, in
-    settings, request data and every frame's local variables."""
+    """Django's filter, hiding settings and request data by the longer list of secret names,
+    and, unlike Django's with debug on, local variables by their names too. Values that hide
+    under other names are masked by SecretsReporter's last pass over the page."""
 
     hidden_settings = SECRET_NAMES
 
-    def cleanse_setting(self, key, value):
-        value = super().cleanse_setting(key, value)
-        if isinstance(value, str):
-            return redact(value)
-        return value
-
     def get_traceback_frame_variables(self, request, tb_frame):
-        cleansed = []
-        for name, value in super().get_traceback_frame_variables(request, tb_frame):
-            if isinstance(name, str) and SECRET_NAMES.search(name):
-                value = self.cleansed_substitute
-            elif isinstance(value, str):
-                value = redact(value)
-            cleansed.append((name, value))
-        return cleansed
+        return [
+            (name, self.cleansed_substitute if SECRET_NAMES.search(str(name)) else value)
+            for name, value in super().get_traceback_frame_variables(request, tb_frame)
+        ]
 
 
 class SecretsReporter(ExceptionReporter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 
 import pexpect
@@ -37,6 +38,24 @@ def spawn_on(fake, home) -> pexpect.spawn:
             OPENAI_BASE_URL=f"{fake.url}/v1",
         ),
     )
+
+
+def leave(console: pexpect.spawn) -> None:
+    """/exit at the next prompt; the console ends cleanly."""
+    console.expect(PROMPT)
+    console.send("/exit\r")
+    console.expect(pexpect.EOF)
+    console.close()
+    assert console.exitstatus == 0
+
+
+def stored(home, session_id: str, columns: str) -> list[tuple]:
+    """A session's messages in order, read from the console's SQLite file."""
+    with sqlite3.connect(home / "ethan.sqlite3") as db:
+        return db.execute(
+            f"SELECT {columns} FROM sessions_app_message WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
 
 
 # prompt_toolkit draws its "> " prompt with cursor moves and ends by showing the cursor; only
@@ -87,8 +106,6 @@ def test_ctrl_d_leaves_the_console_cleanly(tmp_path):
 
 def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
     """A slow model (the OpenAI fake waits 10 s) interrupted with Ctrl-C."""
-    import sqlite3
-
     from tests.fakes.openai_fake import FakeOpenAI
 
     fake = FakeOpenAI()
@@ -104,26 +121,16 @@ def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
         console.sendintr()
         console.expect(r"\(cancelled; your message is saved in (s_\w+)\)")
         session_id = console.match.group(1)
-        console.expect(PROMPT)
-        console.send("/exit\r")
-        console.expect(pexpect.EOF)
-        console.close()
-        assert console.exitstatus == 0
+        leave(console)
     finally:
         fake.close()
-    with sqlite3.connect(tmp_path / "ethan.sqlite3") as db:
-        rows = db.execute(
-            "SELECT role, content FROM sessions_app_message WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        ).fetchall()
+    rows = stored(tmp_path, session_id, "role, content")
     assert rows == [("user", "a question that takes long")]
 
 
 def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
     """A slowly streamed reply stopped half-way: what the person saw is the stored reply,
     marked interrupted, and the console goes on."""
-    import sqlite3
-
     from tests.fakes.openai_fake import FakeOpenAI
 
     fake = FakeOpenAI()
@@ -137,19 +144,10 @@ def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
         console.sendintr()
         console.expect(r"\(stopped; the reply so far is saved in (s_\w+)\)")
         session_id = console.match.group(1)
-        console.expect(PROMPT)
-        console.send("/exit\r")
-        console.expect(pexpect.EOF)
-        console.close()
-        assert console.exitstatus == 0
+        leave(console)
     finally:
         fake.close()
-    with sqlite3.connect(tmp_path / "ethan.sqlite3") as db:
-        rows = db.execute(
-            "SELECT role, content, interrupted FROM sessions_app_message "
-            "WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        ).fetchall()
+    rows = stored(tmp_path, session_id, "role, content, interrupted")
     [(user_role, question, _), (role, shown, interrupted)] = rows
     assert (user_role, question, role, interrupted) == (
         "user",
