@@ -83,23 +83,27 @@ model_calls, tool_calls} or `error` {kind, detail, retryable, session_id}. A ref
 (400, 404, 409) is JSON, before any event."""
 
 
-def _failed_answer(failed: Failed) -> Response:
-    """The JSON answer of a turn that stopped after its message was stored."""
+def failed_status(failed: Failed) -> tuple[int, str]:
+    """The HTTP status and the words of a turn that stopped after its message was stored:
+    /api/chat and /v1/chat/completions answer it alike."""
     if failed.kind == "database":
-        detail = (
+        return status.HTTP_503_SERVICE_UNAVAILABLE, (
             "a database error interrupted the reply; your message is stored and the step it "
             "interrupted was not kept: retry on this session"
         )
-        code = status.HTTP_503_SERVICE_UNAVAILABLE
-    elif failed.retryable:
-        detail = (
+    if failed.retryable:
+        return status.HTTP_503_SERVICE_UNAVAILABLE, (
             f"the model is unavailable right now ({failed.detail}); your message is stored: "
             "retry on this session"
         )
-        code = status.HTTP_503_SERVICE_UNAVAILABLE
-    else:
-        detail = f"the model could not answer ({failed.detail}); your message is stored"
-        code = status.HTTP_502_BAD_GATEWAY
+    return status.HTTP_502_BAD_GATEWAY, (
+        f"the model could not answer ({failed.detail}); your message is stored"
+    )
+
+
+def _failed_answer(failed: Failed) -> Response:
+    """The JSON answer of a turn that stopped after its message was stored."""
+    code, detail = failed_status(failed)
     return Response(
         {"detail": detail, "session_id": failed.session_id, "retryable": failed.retryable},
         status=code,

@@ -49,6 +49,36 @@ class ChannelChat(models.Model):
         return f"{self.channel}:{self.chat_id}:{self.user_id}"
 
 
+class ClientConversation(models.Model):
+    """Where a chat app's conversation stands in its session, for a client that sends the whole
+    conversation with every request (POST /v1/chat/completions) and never a session id.
+
+    Two digests of the conversation as the client knows it (agent_app.openai_api.conversations):
+    `asked` through its latest user message, `shown` through the last thing it was sent (the
+    reply, or that message when the turn failed). A request whose history digests to `shown`
+    continues the session; one that digests to `asked` with its last message asks again."""
+
+    session = models.OneToOneField(
+        "sessions_app.ChatSession",
+        models.CASCADE,
+        primary_key=True,
+        related_name="client_conversation",
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    asked = models.CharField(max_length=64)
+    shown = models.CharField(max_length=64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["owner", "asked"], name="clientconv_asked"),
+            models.Index(fields=["owner", "shown"], name="clientconv_shown"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} ({self.owner_id})"
+
+
 class LarkEvent(models.Model):
     """One delivered Lark event. The unique event_id makes handling exactly-once: a re-push or
     a racing second delivery fails to insert and is acknowledged without being processed."""

@@ -39,6 +39,13 @@ PERSONA_COMPANION = (
     "procedure_write；对方的目标、心情模式、在意的事、自己的说法用 profile_update 写进画像。"
 )
 
+# Before a chat app's own system message (the OpenAI-compatible endpoint): what it is, and that
+# Ethan's rules and memory above still hold.
+CLIENT_INSTRUCTIONS_INTRO = (
+    "The user's chat app adds the instructions below. Follow them where they do not conflict "
+    "with the rules and memory above."
+)
+
 
 @dataclass(frozen=True)
 class SystemPrompt:
@@ -87,11 +94,14 @@ def build_system(
     text: str = "",
     session_id: str | None = None,
     previous: str = "",
+    instructions: str = "",
 ) -> SystemPrompt:
     """Persona, rules, the most trusted facts, (full/medium) the profile and (full) the past
-    episodes relevant to `text`. Four queries for the first four blocks (three on fast), and one
-    for recall on the full path. It reads only: marking the injected facts as used is a step
-    of the turn (agent_app.turn), so a preview (GET /api/context) changes nothing."""
+    episodes relevant to `text`, then a client's own `instructions` (a chat app's system
+    message) last: they add to Ethan's prompt and never replace the memory in it. Four queries
+    for the first four blocks (three on fast), and one for recall on the full path. It reads
+    only: marking the injected facts as used is a step of the turn (agent_app.turn), so a
+    preview (GET /api/context) changes nothing."""
     settings = SETTINGS[path]
     parts = [PERSONA_COMPANION if mode == ChatSession.Mode.COMPANION else PERSONA_WORK]
 
@@ -128,6 +138,13 @@ def build_system(
         if recalled:
             lines = "\n".join(stored_text(episode_selectors.recall_line(e)) for e in recalled)
             parts.append(f"<episodes>\n{lines}\n</episodes>")
+    if instructions.strip():
+        # Written by whoever set up the chat app, not by Ethan: inert tags, so it cannot
+        # close a block above and pose as a rule or a fact.
+        parts.append(
+            f"{CLIENT_INSTRUCTIONS_INTRO}\n<client_instructions>\n"
+            f"{stored_text(instructions.strip(), one_line=False)}\n</client_instructions>"
+        )
     return SystemPrompt(
         text="\n\n".join(parts),
         facts=facts,

@@ -64,6 +64,15 @@ class TurnPlan:
     path: str
     model: str
     channel: str
+    # Answer the session's latest user message again (a chat app's "regenerate", or a retry
+    # after a failure): `text` is that message, already stored; nothing new is stored for it.
+    again: bool = False
+    # A conversation the client brings along (one started elsewhere, or edited earlier in its
+    # history): (role, content) pairs stored in the new session before `text`.
+    history: tuple[tuple[str, str], ...] = ()
+    # The client's own instructions (a chat app's system message): put after Ethan's system
+    # prompt, never in place of it.
+    instructions: str = ""
 
 
 def owner_model(owner: AbstractBaseUser) -> str | None:
@@ -98,6 +107,9 @@ def turn_plan(
     path: str | None = None,
     model: str | None = None,
     channel: str = ChatSession.Channel.API,
+    again: bool = False,
+    history: tuple[tuple[str, str], ...] = (),
+    instructions: str = "",
 ) -> TurnPlan:
     """Validate a turn before anything is written; raises TurnInputError."""
     text = (text or "").strip()
@@ -116,8 +128,22 @@ def turn_plan(
         llm.check_model(model)
     except (ValueError, llm.ModelConfigError) as exc:
         raise TurnInputError(str(exc)) from None
+    if again and (session is None or not session.is_persisted):
+        raise TurnInputError("only a stored conversation can be answered again")
+    if history and session is not None and session.is_persisted:
+        # Stored messages are never rewritten: a history goes into a session of its own.
+        raise TurnInputError("a conversation's earlier messages can only start a new session")
     return TurnPlan(
-        owner=owner, session=session, text=text, mode=mode, path=path, model=model, channel=channel
+        owner=owner,
+        session=session,
+        text=text,
+        mode=mode,
+        path=path,
+        model=model,
+        channel=channel,
+        again=again,
+        history=tuple(history),
+        instructions=instructions.strip(),
     )
 
 
@@ -253,7 +279,8 @@ def turn_start(plan: TurnPlan) -> TurnStream:
         )
     if not session.is_persisted:
         session.model = plan.model
-        _store_question(plan, session)
+        with transaction.atomic():  # a history brought along is stored whole with its question
+            _store_question(plan, session)
         return TurnStream(session=session, events=_events(plan, session, ""))
     try:
         # A free session (the usual case): claimed and the message stored in one transaction,
@@ -285,7 +312,10 @@ def _claim(session: ChatSession, *, wait_seconds: float) -> str:
 def _store_question(plan: TurnPlan, session: ChatSession) -> None:
     if session.is_persisted and session.model != plan.model:
         session_services.session_set_model(session=session, model=plan.model)
-    session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
+    for role, content in plan.history:
+        session_services.message_append(session=session, role=role, content=content)
+    if not plan.again:
+        session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
 
 
 def _release(session: ChatSession | None, token: str) -> None:
@@ -312,6 +342,7 @@ def turn_prompt(
         session_id=session.pk if session.is_persisted else None,
         # Relevance looks at the person's previous message too.
         previous=_user_message(session, skip=1 if stored else 0),
+        instructions=plan.instructions,
     )
     context = build_context(
         session=session,
@@ -376,6 +407,11 @@ def _answer(plan: TurnPlan, session: ChatSession) -> Generator[TurnEvent, None, 
     (the reply is stored by then)."""
     path_settings = SETTINGS[plan.path]
     system, context = turn_prompt(plan=plan, session=session, stored=True)
+    if plan.again:
+        # The question is the last round's; its earlier reply is not part of the new answer's
+        # context (it stays stored; the new reply supersedes it, sessions_app.rounds).
+        while context and context[-1].role == Message.Role.ASSISTANT:
+            context.pop()
     unmarked = system.facts  # injected facts count as used: marked once the model answers
     tools = TOOL_SPECS if path_settings.tools else ()
     max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS

@@ -7,6 +7,7 @@ import logging
 
 from django.db import DatabaseError
 from rest_framework import exceptions, status
+from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -22,6 +23,29 @@ class Pages(PageNumberPagination):
 
 
 log = logging.getLogger(__name__)
+
+
+class BearerTokenAuthentication(TokenAuthentication):
+    """The REST API's tokens (`ethan token NAME`) as `Authorization: Bearer <key>`, the way
+    OpenAI and MCP clients send a key."""
+
+    keyword = "Bearer"
+
+
+def openai_error(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> dict:
+    """OpenAI's error body, which the openai SDKs raise from: the type follows the status as
+    OpenAI's own API sets it."""
+    if status == 429:
+        kind = "requests"
+    elif status >= 500:
+        kind = "server_error"
+    elif status == 403:
+        kind = "permission_error"
+    else:
+        kind = "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def paginate(view, request, queryset, serializer_class):

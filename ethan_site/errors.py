@@ -1,9 +1,11 @@
 """Error answers: JSON on every machine-facing URL, and no secret on any error page.
 
 - `JsonErrorsMiddleware` (outermost) answers every error under /api/, /lark/, /v1/ and /mcp
-  as `{"detail": …}` with the matching status, whatever produced it: Django's 404 and 405, a
-  body over ETHAN_MAX_BODY_BYTES (413, refused before it is read), JSON nested too deeply to
-  parse (RecursionError, 400), and an unexpected exception (500, logged, nothing echoed).
+  as `{"detail": …}` (under /v1/, OpenAI's `{"error": {message, type, code, param}}`, which
+  the chat apps on that endpoint read) with the matching status, whatever produced it:
+  Django's 404 and 405, a body over ETHAN_MAX_BODY_BYTES (413, refused before it is read),
+  JSON nested too deeply to parse (RecursionError, 400), and an unexpected exception (500,
+  logged, nothing echoed).
 - `SecretsFilter` and `SecretsReporter` keep secrets off Django's error pages (the debug page
   when DJANGO_DEBUG=1, and the reports Django logs): settings whose names say they are secret,
   passwords inside URLs (DATABASE_URL, CELERY_BROKER_URL, ETHAN_CACHE_URL) and, as a last pass
@@ -28,6 +30,8 @@ from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
+from ethan_site.api import openai_error
+
 log = logging.getLogger(__name__)
 
 # The URLs that machines call: their errors are JSON, never an HTML page.
@@ -43,6 +47,10 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*)
 MASK = "********************"
 
 
+# The OpenAI-compatible endpoint (agent_app.openai_api): errors in OpenAI's shape.
+OPENAI_PREFIX = "/v1/"
+
+
 def wants_json(request: HttpRequest) -> bool:
     return request.path_info.startswith(JSON_PREFIXES)
 
@@ -51,8 +59,15 @@ def json_error(status: int, detail: str, **extra) -> JsonResponse:
     return JsonResponse({"detail": detail, **extra}, status=status)
 
 
+def _error(request: HttpRequest, status: int, detail: str) -> JsonResponse:
+    """The error shape of the URL asked for."""
+    if request.path_info.startswith(OPENAI_PREFIX):
+        return JsonResponse(openai_error(status, detail), status=status)
+    return json_error(status, detail)
+
+
 class JsonErrorsMiddleware:
-    """One JSON error shape, `{"detail": …}`, for every API and webhook error."""
+    """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -65,7 +80,7 @@ class JsonErrorsMiddleware:
             return refused
         response = self.get_response(request)
         if response.status_code >= 400 and not _is_json(response):
-            response = self._as_json(response)
+            response = self._as_json(request, response)
         return response
 
     @staticmethod
@@ -76,16 +91,17 @@ class JsonErrorsMiddleware:
         try:
             length = int(raw)
         except ValueError:
-            return json_error(400, "the Content-Length header is not a number")
+            return _error(request, 400, "the Content-Length header is not a number")
         if length > settings.ETHAN_MAX_BODY_BYTES:
-            return json_error(
+            return _error(
+                request,
                 413,
                 f"the request body is {length} bytes; the limit is {settings.ETHAN_MAX_BODY_BYTES}",
             )
         return None
 
     @staticmethod
-    def _as_json(response: HttpResponse) -> JsonResponse:
+    def _as_json(request: HttpRequest, response: HttpResponse) -> JsonResponse:
         status = response.status_code
         try:
             detail = HTTPStatus(status).phrase.lower()
@@ -95,7 +111,7 @@ class JsonErrorsMiddleware:
             detail = "not found"
         elif status == 405:
             detail = "method not allowed"
-        answer = json_error(status, detail)
+        answer = _error(request, status, detail)
         for header in ("Allow", "Retry-After", "WWW-Authenticate"):
             if header in response:
                 answer[header] = response[header]
@@ -105,21 +121,21 @@ class JsonErrorsMiddleware:
         if not wants_json(request):
             return None
         if isinstance(exc, RecursionError):
-            return json_error(400, "the JSON is nested too deeply")
+            return _error(request, 400, "the JSON is nested too deeply")
         if isinstance(exc, RequestDataTooBig):
-            return json_error(413, "the request body is too large")
+            return _error(request, 413, "the request body is too large")
         if isinstance(exc, Http404):
-            return json_error(404, "not found")
+            return _error(request, 404, "not found")
         if isinstance(exc, PermissionDenied):
-            return json_error(403, "permission denied")
+            return _error(request, 403, "permission denied")
         if isinstance(exc, SuspiciousOperation):
             log.warning("refused a suspicious request to %s: %s", request.path, type(exc).__name__)
-            return json_error(400, "bad request")
+            return _error(request, 400, "bad request")
         # The type only: an exception's message may carry a value the request sent or a host.
         log.error(
             "unexpected %s on %s %s", type(exc).__name__, request.method, request.path, exc_info=exc
         )
-        return json_error(500, "internal error: the server could not answer; nothing to retry")
+        return _error(request, 500, "internal error: the server could not answer; nothing to retry")
 
 
 def _is_json(response: HttpResponse) -> bool:

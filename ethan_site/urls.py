@@ -18,6 +18,8 @@ urlpatterns = [
     path("api/", include("memory_app.urls")),
     path("api/", include("profile_app.urls")),
     path("api/", include("episodes_app.urls")),
+    # The OpenAI-compatible endpoint, for chat apps: base URL http://host:8000/v1.
+    path("v1/", include("agent_app.openai_api.urls")),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("lark/webhook", lark_webhook, name="lark-webhook"),

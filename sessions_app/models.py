@@ -17,6 +17,8 @@ class ChatSession(models.Model):
         API = "api"
         LARK = "lark"
         IMPORT = "import"
+        # A chat app on the OpenAI-compatible endpoint (/v1/chat/completions).
+        OPENAI = "openai", "OpenAI-compatible"
 
     # s_YYYYMMDD_HHMM_xxxx, as the original CLI named them (see ids.py).
     id = models.CharField(primary_key=True, max_length=32)

@@ -2,7 +2,9 @@
 
 A round starts at a user message (round n is the session's n-th user message) and runs up to the
 next one. The tool traffic inside a round (assistant tool-call steps, tool results) stays in the
-database: its effect is in the reply and in memory.
+database: its effect is in the reply and in memory. A round answered more than once (a chat
+app's "regenerate") keeps every reply stored; the model sees the last one, the one the person
+kept.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from sessions_app.models import ChatSession, Message
 
 
 def conversation(rows: Iterable[tuple[str, str, object]]) -> list[LLMMessage]:
-    """(role, content, tool_calls) rows → user messages and final assistant replies."""
-    messages = []
+    """(role, content, tool_calls) rows → user messages and final assistant replies (of a
+    round answered again, the latest reply)."""
+    messages: list[LLMMessage] = []
     for role, content, tool_calls in rows:
         if role == Message.Role.ASSISTANT and (tool_calls or not content):
             continue  # an intermediate step of a tool loop, not a reply
-        if role in (Message.Role.USER, Message.Role.ASSISTANT):
+        if role == Message.Role.ASSISTANT and messages and messages[-1].role == role:
+            messages[-1] = LLMMessage(role=role, content=content)  # answered again
+        elif role in (Message.Role.USER, Message.Role.ASSISTANT):
             messages.append(LLMMessage(role=role, content=content))
     return messages
 

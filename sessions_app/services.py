@@ -265,10 +265,11 @@ def sessions_close_idle(
     channels: tuple[str, ...] = (
         ChatSession.Channel.API,
         ChatSession.Channel.LARK,
+        ChatSession.Channel.OPENAI,
     ),
 ) -> list[str]:
-    """End API and Lark sessions with no activity for `idle_minutes` (a console session ends
-    when the console does). Returns the ids it ended, for the episode writer."""
+    """End API, Lark and chat-app sessions with no activity for `idle_minutes` (a console
+    session ends when the console does). Returns the ids it ended, for the episode writer."""
     cutoff = timezone.now() - timezone.timedelta(minutes=idle_minutes)
     idle = ChatSession.objects.filter(
         channel__in=channels, ended_at=None, updated_at__lt=cutoff, last_seq__gt=0

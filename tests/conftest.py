@@ -100,6 +100,16 @@ def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
 
 
 @pytest.fixture
+def paced_openai():
+    """An OpenAI fake of its own, for a served home (tests.gunicorn_server) to call."""
+    from tests.fakes.openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI()
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
 def api_for(db):
     """An API client that authenticates as `user` with a real token."""
     from rest_framework.authtoken.models import Token

@@ -126,3 +126,25 @@ def gunicorn(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def served_on_openai_fake(home: Path, fake) -> Iterator[tuple[Server, str]]:
+    """gunicorn on a migrated home of its own, its model the OpenAI fake `fake`, and an API
+    token for the person "ada": (server, token)."""
+    migrated_home(home)
+    token = api_token(home, "ada")
+    env = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": f"{fake.url}/v1"}
+    with gunicorn(home, **env) as server:
+        yield server, token
+
+
+def stored_contents(home: Path, role: str) -> list[str]:
+    """The contents of a served home's messages with this role, in the order they were stored."""
+    import sqlite3
+
+    with sqlite3.connect(home / "ethan.sqlite3") as db:
+        rows = db.execute(
+            "SELECT content FROM sessions_app_message WHERE role = ? ORDER BY id", (role,)
+        ).fetchall()
+    return [content for (content,) in rows]

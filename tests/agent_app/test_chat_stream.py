@@ -12,6 +12,7 @@ from django.core.signals import request_finished
 from django.db import close_old_connections
 
 from sessions_app.models import ChatSession, Message
+from tests.gunicorn_server import stored_contents
 
 pytestmark = pytest.mark.django_db
 
@@ -180,35 +181,13 @@ def _stream_request(server, token: str, body: dict):
     return connection, connection.getresponse()
 
 
-def _stored(home, role: str) -> list[str]:
-    import sqlite3
-
-    with sqlite3.connect(home / "ethan.sqlite3") as db:
-        rows = db.execute(
-            "SELECT content FROM sessions_app_message WHERE role = ? ORDER BY seq", (role,)
-        ).fetchall()
-    return [content for (content,) in rows]
-
-
-@pytest.fixture
-def paced_openai():
-    from tests.fakes.openai_fake import FakeOpenAI
-
-    fake = FakeOpenAI()
-    yield fake
-    fake.close()
-
-
 @pytest.fixture
 def served(tmp_path, paced_openai):
-    """gunicorn on a migrated home of its own, its model the OpenAI fake: (server, token)."""
-    from tests.gunicorn_server import api_token, gunicorn, migrated_home
+    """gunicorn on a home of its own, its model the OpenAI fake: (server, token)."""
+    from tests.gunicorn_server import served_on_openai_fake
 
-    home = migrated_home(tmp_path / "home")
-    token = api_token(home, "ada")
-    env = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": f"{paced_openai.url}/v1"}
-    with gunicorn(home, **env) as server:
-        yield server, token
+    with served_on_openai_fake(tmp_path / "home", paced_openai) as served:
+        yield served
 
 
 def test_the_first_delta_reaches_the_client_before_the_model_has_finished(served, paced_openai):
@@ -235,7 +214,7 @@ def test_the_first_delta_reaches_the_client_before_the_model_has_finished(served
     # The client saw the first words before the model had sent its last chunk.
     assert first_delta_at < request.chunk_times[-1]
     assert events[0] == "started" and events[-1] == "done" and events.count("delta") > 10
-    assert _stored(server.home, "assistant") == [ANSWER]
+    assert stored_contents(server.home, "assistant") == [ANSWER]
 
 
 def test_a_client_that_goes_away_mid_stream_does_not_stop_the_turn(served, paced_openai):
@@ -253,10 +232,10 @@ def test_a_client_that_goes_away_mid_stream_does_not_stop_the_turn(served, paced
     connection.last_socket.close()
     response.close()
     deadline = time.monotonic() + 30
-    while not _stored(server.home, "assistant") and time.monotonic() < deadline:
+    while not stored_contents(server.home, "assistant") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _stored(server.home, "user") == ["tell me"]
-    assert _stored(server.home, "assistant") == [ANSWER]
+    assert stored_contents(server.home, "user") == ["tell me"]
+    assert stored_contents(server.home, "assistant") == [ANSWER]
 
 
 def test_a_stream_nobody_reads_still_answers_and_gives_the_session_back(
