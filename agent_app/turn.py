@@ -312,6 +312,7 @@ def _claim(session: ChatSession, *, wait_seconds: float) -> str:
 def _store_question(plan: TurnPlan, session: ChatSession) -> None:
     if session.is_persisted and session.model != plan.model:
         session_services.session_set_model(session=session, model=plan.model)
+    session_services.session_reopen(session=session)
     for role, content in plan.history:
         session_services.message_append(session=session, role=role, content=content)
     if not plan.again:

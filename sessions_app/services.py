@@ -229,6 +229,15 @@ def session_end(*, session: ChatSession) -> None:
         ChatSession.objects.filter(pk=session.pk, ended_at=None).update(ended_at=session.ended_at)
 
 
+def session_reopen(*, session: ChatSession) -> None:
+    """A new turn on an ended session (resumed, or a chat app going on with an old
+    conversation): open again, so that it is ended, and its episode brought up to date, when
+    it goes idle or its console exits."""
+    if session.ended_at is not None:
+        session.ended_at = None
+        ChatSession.objects.filter(pk=session.pk).update(ended_at=None)
+
+
 @transaction.atomic
 def session_delete(*, session: ChatSession) -> int:
     """Delete a session and its messages; returns how many messages went with it."""

@@ -277,6 +277,29 @@ def test_a_first_message_after_its_session_ended_starts_a_new_one(client_for, ow
     assert ChatSession.objects.count() == 2
 
 
+def test_an_old_conversation_goes_on_in_its_ended_session_and_opens_it(
+    client_for, owner, llm_config
+):
+    from django.utils import timezone
+
+    client = client_for(owner)
+    first = client.chat.completions.create(
+        model="ethan", messages=[{"role": "user", "content": "hello"}]
+    )
+    ChatSession.objects.update(ended_at=timezone.now())  # closed as idle, its episode written
+    client.chat.completions.create(
+        model="ethan",
+        messages=[
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "back again"},
+        ],
+    )
+    session = ChatSession.objects.get()
+    assert session.round_count == 2
+    assert session.ended_at is None  # ended again when it next goes idle: a new episode
+
+
 def test_an_edited_history_continues_in_a_new_session_holding_it(client_for, owner, llm_config):
     client = client_for(owner)
     first = client.chat.completions.create(

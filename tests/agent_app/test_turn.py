@@ -187,6 +187,61 @@ def test_hot_zone_leaves_out_tool_traffic(owner, llm_config):
     ]
 
 
+def test_a_round_answered_again_shows_the_model_its_latest_reply(owner, make_session):
+    """A chat app's regenerate keeps both replies stored; the context holds the kept one."""
+    session = make_session(owner, "name a colour", "Blue.")
+    session_services.message_append(session=session, role="assistant", content="Red.")
+    session_services.message_append(session=session, role="user", content="another")
+    assert [(m.role, m.content) for m in build_context(session=session)] == [
+        ("user", "name a colour"),
+        ("assistant", "Red."),
+        ("user", "another"),
+    ]
+
+
+def test_a_turn_asked_again_stores_no_question_and_leaves_out_the_old_reply(owner, fakes):
+    from agent_app.turn import turn_plan, turn_start
+
+    openai = fakes["openai"]
+    first = turn_run(owner=owner, session=None, text="hi", model="offline")
+    openai.fake.reply(openai.text("Hello again."))
+    plan = turn_plan(owner=owner, session=first.session, text="hi", model="gpt-4o", again=True)
+    turn = turn_start(plan)
+    turn.finish()
+    body = openai.fake.requests[-1].body
+    assert [(m["role"], m["content"]) for m in body["messages"][1:]] == [("user", "hi")]
+    assert list(first.session.messages.values_list("role", "content")) == [
+        ("user", "hi"),
+        ("assistant", "Hi! I'm Ethan (offline mode)."),
+        ("assistant", "Hello again."),
+    ]
+
+
+def test_a_history_brought_along_is_stored_before_the_question(owner, llm_config):
+    from agent_app.turn import turn_plan, turn_start
+
+    history = (("user", "I moved to Lisbon"), ("assistant", "Nice."))
+    plan = turn_plan(owner=owner, session=None, text="and now?", history=history)
+    result = turn_start(plan)
+    result.finish()
+    assert list(result.session.messages.values_list("role", "content"))[:3] == [
+        ("user", "I moved to Lisbon"),
+        ("assistant", "Nice."),
+        ("user", "and now?"),
+    ]
+    assert result.session.title == "I moved to Lisbon" and result.session.round_count == 2
+
+
+def test_again_and_history_need_the_right_session(owner, make_session, llm_config):
+    from agent_app.turn import turn_plan
+
+    with pytest.raises(TurnInputError, match="only a stored conversation"):
+        turn_plan(owner=owner, session=None, text="hi", again=True)
+    session = make_session(owner, "hi", "hello")
+    with pytest.raises(TurnInputError, match="can only start a new session"):
+        turn_plan(owner=owner, session=session, text="hi", history=(("user", "x"),))
+
+
 def test_turn_on_the_offline_model(owner, llm_config):
     result = turn_run(owner=owner, session=None, text="你好", mode="work", channel="console")
     assert (result.reply, result.path, result.model, result.offline) == (
