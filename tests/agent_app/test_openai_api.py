@@ -147,14 +147,13 @@ def test_a_stream_without_include_usage_has_no_usage(client_for, owner, llm_conf
     )
 
 
-def test_the_memory_tools_run_inside_and_the_client_sees_the_reply(client_for, owner, llm_config):
+def test_the_memory_tools_run_inside_and_the_client_sees_the_reply(client_for, owner, fakes):
     """The offline model writes a fact with memory_write; the client sees words only. The fact
-    is in /api/facts and in the next console turn's system prompt."""
+    is in /api/facts, and in the system prompt of the next console turn (on the OpenAI fake)."""
     from io import StringIO
 
     from django.core.management import call_command
-
-    from agent_app.prompts import build_system
+    from rest_framework.test import APIClient
 
     stream = client_for(owner).chat.completions.create(
         model="ethan/offline",
@@ -166,21 +165,29 @@ def test_the_memory_tools_run_inside_and_the_client_sees_the_reply(client_for, o
     assert text and all(c.choices[0].delta.tool_calls is None for c in chunks)
     fact = Fact.objects.get(owner=owner)
     assert "美式咖啡" in fact.content
-
-    token = Token.objects.get(user=owner)
-    from rest_framework.test import APIClient
+    written = ChatSession.objects.get(channel="openai")
+    assert Message.objects.filter(session=written, role="tool").exists()  # the step is stored
 
     api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get(user=owner).key}")
     assert [f["content"] for f in api.get("/api/facts").json()["results"]] == [fact.content]
 
-    call_command("ethan_chat", "--user", "ada", stdout=StringIO(), stdin=StringIO("咖啡\n"))
+    openai_fake = fakes["openai"]
+    openai_fake.fake.reply(openai_fake.text("An Americano."))
+    call_command(
+        "ethan_chat",
+        "--user",
+        "ada",
+        "--model",
+        "gpt-4o",
+        stdout=StringIO(),
+        stdin=StringIO("我喜欢喝什么咖啡？\n"),
+    )
+    [request] = openai_fake.fake.requests
+    system = openai_fake.system_of(request.body)
+    assert "<memory_context>" in system and fact.content in system
     console = ChatSession.objects.get(channel="console")
-    assert stored(console)[0] == ("user", "咖啡")
-    system = build_system(owner=owner, mode="work", path="fast", text="咖啡")
-    assert fact.content in system.text
-    fact.refresh_from_db()
-    assert fact.hit_count >= 1  # injected into the console's turn, and counted there
+    assert stored(console) == [("user", "我喜欢喝什么咖啡？"), ("assistant", "An Americano.")]
 
 
 # --- conversations ------------------------------------------------------------------------------
