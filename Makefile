@@ -17,7 +17,7 @@ TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USE
 	-u OPENAI_BASE_URL -u ANTHROPIC_BASE_URL -u GOOGLE_GEMINI_BASE_URL -u ETHAN_COMPRESSION_MODEL \
 	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY -u ETHAN_CACHE_URL ETHAN_HOME=$(CURDIR)/.test-home
 
-.PHONY: install chat test test-services lint format serve worker beat bench migrate clean
+.PHONY: install chat test test-services lint format serve serve-mcp worker beat bench migrate clean
 
 install: $(STAMP)
 
@@ -57,6 +57,10 @@ format: install
 serve: migrate
 	$(VENV)/bin/gunicorn ethan_site.wsgi:application --bind $${ETHAN_BIND:-127.0.0.1:8000} \
 		--workers $${WEB_CONCURRENCY:-2} --access-logfile -
+
+# The MCP server over streamable HTTP: http://127.0.0.1:8001/mcp (ETHAN_MCP_BIND); docs/mcp.md.
+serve-mcp: migrate
+	$(PY) manage.py ethan_mcp --http
 
 worker: migrate
 	$(VENV)/bin/celery -A ethan_site worker --queues memory,channels --loglevel INFO

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import llm
-from agent_app.memory_search import MAX_LIMIT, SCOPES, memory_search
+from agent_app.memory_search import MAX_LIMIT, QUERY_MAX_CHARS, SCOPES, memory_search
 from agent_app.modes import MODE_ALIASES, mode_parse
 from agent_app.paths import PATHS
 from agent_app.turn import (
@@ -274,7 +274,7 @@ class ContextApi(APIView):
 
 class SearchApi(APIView):
     class SearchQuery(serializers.Serializer):
-        q = serializers.CharField(max_length=1000)
+        q = serializers.CharField(max_length=QUERY_MAX_CHARS)
         scope = serializers.ChoiceField(choices=list(SCOPES), default="all")
         limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
 

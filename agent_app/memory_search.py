@@ -16,6 +16,8 @@ from sessions_app.selectors import messages_search
 
 SCOPES = ("facts", "episodes", "messages", "all")
 MAX_LIMIT = 50
+# The longest query any door takes (GET /api/search, the MCP tools): a search, not a document.
+QUERY_MAX_CHARS = 1000
 SNIPPET_CHARS = 200
 
 

@@ -82,7 +82,8 @@ def stored_text(text: str, *, one_line: bool = True) -> str:
     return _TAG_START.sub(_INERT_LT, text)
 
 
-def _fact_line(fact: Fact) -> str:
+def fact_line(fact: Fact) -> str:
+    """A fact as <memory_context> shows it."""
     return f"- [{fact.category}, {fact.confidence:.2f}] {stored_text(fact.content)}"
 
 
@@ -115,7 +116,7 @@ def build_system(
         owner=owner, limit=settings.fact_limit, text=f"{text}\n{previous}".strip()
     )
     if facts:
-        lines = "\n".join(_fact_line(fact) for fact in facts)
+        lines = "\n".join(fact_line(fact) for fact in facts)
         parts.append(f"<memory_context>\n{lines}\n</memory_context>")
 
     profile_used = False

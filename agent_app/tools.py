@@ -224,6 +224,16 @@ HANDLERS: dict[str, Callable[..., str]] = {
 }
 
 
+def refusal_text(exc: ValidationError) -> str:
+    """A service's refusal (a limit, the rule capacity) in one line: "content: a fact is at
+    most 2000 characters; this one is 2400"."""
+    if hasattr(exc, "error_dict"):
+        return "; ".join(
+            f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items()
+        )
+    return " ".join(exc.messages)
+
+
 def run_tool(
     *, owner: AbstractBaseUser, session: ChatSession, message: Message | None, call: ToolCall
 ) -> str:
@@ -238,11 +248,6 @@ def run_tool(
     except ToolArgumentError as exc:
         return f"error: {exc}"
     except ValidationError as exc:
-        details = (
-            "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
-            if hasattr(exc, "error_dict")
-            else " ".join(exc.messages)
-        )
-        return f"error: {details}"
+        return f"error: {refusal_text(exc)}"
     except ValueError as exc:  # the profile service's unknown section or mode
         return f"error: {exc}"

@@ -4,6 +4,7 @@
     ethan -r last | -r ID          continue one; --model, --mode, --user as in ethan_chat
     ethan chat [...]               the same, spelled out
     ethan session list|show|delete|search ...
+    ethan mcp --user NAME          the MCP server over stdio (--http: over HTTP at /mcp)
     ethan import|export [--home DIR]
     ethan manage COMMAND [...]     any manage.py command (migrate, createsuperuser, ...)
 
@@ -23,6 +24,7 @@ SUBCOMMANDS = {
     "import": "ethan_import",
     "export": "ethan_export",
     "token": "ethan_token",
+    "mcp": "ethan_mcp",
 }
 
 

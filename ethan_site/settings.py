@@ -249,6 +249,9 @@ ETHAN_MESSAGE_MAX_CHARS = _config.positive("ETHAN_MESSAGE_MAX_CHARS", 32_000)
 # than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.
 ETHAN_TURN_WAIT_SECONDS = _config.positive("ETHAN_TURN_WAIT_SECONDS", 120)
 ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
+# The MCP server over streamable HTTP (`ethan mcp --http`): where it listens. Its URL is
+# http://HOST:PORT/mcp.
+ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)
 
 # --- Lark -----------------------------------------------------------------------------------
 # LARK_BASE_URL: https://open.larksuite.com (Lark) or https://open.feishu.cn (Feishu).

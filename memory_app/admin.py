@@ -98,6 +98,7 @@ class FactAdmin(admin.ModelAdmin):
     raw_id_fields = ["owner"]
     readonly_fields = [
         "source",
+        "source_client",
         "status",
         "hit_count",
         "created_at",

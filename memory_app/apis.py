@@ -27,6 +27,7 @@ class FactOutput(serializers.ModelSerializer):
             "category",
             "confidence",
             "source",
+            "source_client",
             "status",
             "hit_count",
             "created_at",

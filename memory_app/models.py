@@ -23,6 +23,9 @@ class Fact(models.Model):
         IMPORT = "import"
         ADMIN = "admin"
         API = "api"
+        # An MCP host (Claude Desktop, Cursor…) through the MCP server; which one is in
+        # `source_client`.
+        MCP = "mcp"
 
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -39,6 +42,9 @@ class Fact(models.Model):
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.KNOWLEDGE)
     confidence = models.FloatField(default=0.8)
     source = models.CharField(max_length=16, choices=Source.choices)
+    # For source mcp: the MCP client that wrote it, by the name it gives itself (clientInfo),
+    # so a curator can tell a fact written from Cursor from one the consolidator extracted.
+    source_client = models.CharField(max_length=100, blank=True)
     hit_count = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
     # Provenance: where the fact was learnt.

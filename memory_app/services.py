@@ -55,12 +55,15 @@ def fact_write(
     source: str,
     session: ChatSession | None = None,
     message: Message | None = None,
+    source_client: str = "",
 ) -> Fact:
-    """Add a fact, or reinforce the equal one the owner already has."""
+    """Add a fact, or reinforce the equal one the owner already has. The history names the
+    writer: the source, or `mcp:<client>` for an MCP client."""
     content = _fact_content(content)
+    actor = f"{source}:{source_client}" if source_client else source
     existing = selectors.fact_matching(owner=owner, content=content)
     if existing is not None:
-        return fact_reinforce(fact=existing, confidence=confidence, actor=source)
+        return fact_reinforce(fact=existing, confidence=confidence, actor=actor)
     fact = Fact(
         owner=owner,
         content=content,
@@ -69,12 +72,13 @@ def fact_write(
         category=category,
         confidence=confidence,
         source=source,
+        source_client=source_client,
         session=session,
         message=message,
     )
     fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
     fact.save()
-    _event(fact, FactEvent.Kind.ADD, actor=source)
+    _event(fact, FactEvent.Kind.ADD, actor=actor)
     return fact
 
 

@@ -35,7 +35,7 @@ def option(argv: list[str], *names: str) -> str:
 
 
 def test_every_service_is_there_with_a_healthcheck():
-    assert set(SERVICES) >= {"web", "worker", "beat", "redis", "postgres"}
+    assert set(SERVICES) >= {"web", "mcp", "worker", "beat", "redis", "postgres"}
     for name, service in SERVICES.items():
         assert service["healthcheck"]["test"], name
         for dependency in service.get("depends_on", {}):
@@ -94,3 +94,14 @@ def test_the_image_contains_every_package():
     for package in re.findall(r'"(\w+)\*"', packages):
         if (ROOT / package).is_dir():
             assert package in copied, f"{package} is not copied into the image"
+
+
+def test_mcp_serves_streamable_http_with_its_health_on_the_published_port():
+    from django.core.management import load_command_class
+
+    argv = words(SERVICES["mcp"]["command"])
+    assert argv[:3] == ["python", "manage.py", "ethan_mcp"] and "--http" in argv
+    load_command_class("agent_app", argv[2])  # the command exists
+    port = option(argv, "--bind").rpartition(":")[2]
+    assert f"{port}:{port}" in SERVICES["mcp"]["ports"]
+    assert f"127.0.0.1:{port}/healthz" in " ".join(SERVICES["mcp"]["healthcheck"]["test"])

@@ -25,12 +25,14 @@ def test_fact_lifecycle(api_for, owner):
         "category",
         "confidence",
         "source",
+        "source_client",
         "status",
         "hit_count",
         "created_at",
         "last_accessed",
         "session_id",
     }
+    assert fact["source_client"] == ""  # set for facts an MCP client wrote (docs/mcp.md)
     assert (fact["source"], fact["confidence"], fact["status"], fact["session_id"]) == (
         "api",
         0.7,
