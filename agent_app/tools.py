@@ -154,6 +154,7 @@ def _memory_write(owner, session, message, arguments) -> str:
         source=Fact.Source.AGENT_PROACTIVE,
         session=session,
         message=message,
+        sources=_round_question(session, message),
     )
     if fact.hit_count > 1:
         return (
@@ -161,6 +162,19 @@ def _memory_write(owner, session, message, arguments) -> str:
             f"(confidence {fact.confidence:.2f}, seen {fact.hit_count} times)"
         )
     return f"ok: stored fact {fact.pk} (confidence {fact.confidence:.2f})"
+
+
+def _round_question(session: ChatSession, message: Message | None) -> list[Message]:
+    """The user message of the round a tool was called in: what a memory written by the
+    agent was said in (its provenance)."""
+    if message is None or not session.is_persisted:
+        return []
+    question = (
+        Message.objects.filter(session=session, role=Message.Role.USER, seq__lt=message.seq)
+        .order_by("-seq")
+        .first()
+    )
+    return [question] if question is not None else []
 
 
 def _procedure_write(owner, session, message, arguments) -> str:

@@ -22,7 +22,7 @@ import yaml
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Prefetch, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -235,8 +235,25 @@ def _read_facts(path: Path, layout: Layout) -> None:
                 "hit_count": max(hits, 1),
                 "created_at": _time(item.get("created_at"), where) or timezone.now(),
                 "last_accessed": _time(item.get("last_accessed"), where),
+                "sources": _fact_sources(item.get("sources"), where),
             }
         )
+
+
+def _fact_sources(value: Any, where: str) -> list[tuple[str, int]]:
+    """A fact's provenance as Ethan exports it: [{session_id, seq}] (absent: none)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise LayoutError(f"{where}: sources must be a list of {{session_id, seq}}")
+    sources = []
+    for source in value:
+        sid = source.get("session_id") if isinstance(source, dict) else None
+        seq = source.get("seq") if isinstance(source, dict) else None
+        if not isinstance(sid, str) or isinstance(seq, bool) or not isinstance(seq, int):
+            raise LayoutError(f"{where}: a source must be {{session_id: text, seq: number}}")
+        sources.append((sid, seq))
+    return sources
 
 
 def _read_procedures(path: Path, layout: Layout) -> None:
@@ -452,12 +469,14 @@ def _import_sessions(owner, layout: Layout, report: ImportReport, progress) -> N
 
 def _import_facts(owner, layout: Layout, report: ImportReport) -> None:
     known = set(Fact.objects.filter(owner=owner).values_list("content_key", flat=True))
-    new = []
+    new: list[Fact] = []
+    wanted: list[list[tuple[str, int]]] = []
     for row in layout.facts:
         key = content_key(row["content"])
         if key in known:
             continue
         known.add(key)
+        wanted.append(row["sources"])
         new.append(
             Fact(
                 owner=owner,
@@ -465,10 +484,24 @@ def _import_facts(owner, layout: Layout, report: ImportReport) -> None:
                 search_tokens=search_tokens(row["content"]),
                 last_accessed=row["last_accessed"] or row["created_at"],
                 updated_at=row["created_at"],
-                **{k: v for k, v in row.items() if k != "last_accessed"},
+                **{k: v for k, v in row.items() if k not in ("last_accessed", "sources")},
             )
         )
     Fact.objects.bulk_create(new, batch_size=BATCH)
+    sources = _sources_found(owner, [ref for refs in wanted for ref in refs])
+    missing = sum(1 for refs in wanted for ref in refs if ref not in sources)
+    if missing:
+        layout.notes.append(
+            f"{FACTS}: {missing} source(s) name a message that is not in this import or the "
+            "database; those facts are kept without them"
+        )
+    links = [
+        Fact.sources.through(fact_id=fact.pk, message_id=sources[ref])
+        for fact, refs in zip(new, wanted, strict=True)
+        for ref in dict.fromkeys(refs)
+        if ref in sources
+    ]
+    Fact.sources.through.objects.bulk_create(links, batch_size=BATCH)
     FactEvent.objects.bulk_create(
         [
             FactEvent(
@@ -477,12 +510,45 @@ def _import_facts(owner, layout: Layout, report: ImportReport) -> None:
                 new_content=fact.content,
                 new_confidence=fact.confidence,
                 actor="import",
+                sources=[{"session_id": s, "seq": q} for s, q in refs if (s, q) in sources],
             )
-            for fact in new
+            for fact, refs in zip(new, wanted, strict=True)
         ],
         batch_size=BATCH,
     )
     report.add("facts", len(new), len(layout.facts) - len(new))
+
+
+def _fact_item(fact: Fact) -> dict[str, Any]:
+    """A fact as facts.json holds it; `sources` only when it has some, so a layout that never
+    had them exports as it was imported."""
+    item = {
+        "id": fact.pk,
+        "content": fact.content,
+        "category": fact.category,
+        "confidence": fact.confidence,
+        "source": fact.source,
+        "created_at": _epoch(fact.created_at),
+        "last_accessed": _epoch(fact.last_accessed),
+        "hit_count": fact.hit_count,
+    }
+    sources = [{"session_id": m.session_id, "seq": m.seq} for m in fact.sources.all()]
+    if sources:
+        item["sources"] = sources
+    return item
+
+
+def _sources_found(owner, refs: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """(session_id, seq) → the owner's message id, for the ones that exist."""
+    found: dict[tuple[str, int], int] = {}
+    by_session: dict[str, set[int]] = {}
+    for sid, seq in refs:
+        by_session.setdefault(sid, set()).add(seq)
+    for sid, seqs in by_session.items():
+        rows = Message.objects.filter(session_id=sid, session__owner=owner, seq__in=seqs)
+        for pk, seq in rows.values_list("pk", "seq"):
+            found[(sid, seq)] = pk
+    return found
 
 
 def _import_procedures(owner, layout: Layout, report: ImportReport) -> None:
@@ -608,17 +674,12 @@ def layout_export(*, owner: AbstractBaseUser, home: Path) -> dict[str, int]:
         db.close()
 
     facts = [
-        {
-            "id": f.pk,
-            "content": f.content,
-            "category": f.category,
-            "confidence": f.confidence,
-            "source": f.source,
-            "created_at": _epoch(f.created_at),
-            "last_accessed": _epoch(f.last_accessed),
-            "hit_count": f.hit_count,
-        }
-        for f in Fact.objects.filter(owner=owner, status=Fact.Status.ACTIVE).order_by("id")
+        _fact_item(f)
+        for f in Fact.objects.filter(owner=owner, status=Fact.Status.ACTIVE)
+        .order_by("id")
+        .prefetch_related(
+            Prefetch("sources", queryset=Message.objects.order_by("session_id", "seq"))
+        )
     ]
     procedures = [
         {

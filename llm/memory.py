@@ -13,6 +13,8 @@ summaries and facts.
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -23,7 +25,12 @@ from llm.routing import provider_for
 from llm.structured import complete_json
 from llm.types import Message
 
+log = logging.getLogger(__name__)
+
 CATEGORIES = ("preference", "decision", "knowledge", "correction")
+# Turn numbers an extraction named that were not in its transcript, per model, in this process:
+# dropped (a fact is never tied to a message it was not shown).
+turn_numbers_dropped: Counter[str] = Counter()
 ACTIONS = ("ADD", "UPDATE", "SUPERSEDE", "NONE")
 
 FOLD_SYSTEM = (
@@ -49,7 +56,9 @@ EXTRACT_SYSTEM = (
     "anything; skip small talk. category is one of: preference, decision, knowledge, "
     "correction. importance is 0.8 for an ordinary fact, 0.9 to 0.95 when the user used a "
     "strong signal (记住, 纠正, 偏好, 'remember', 'correct that', 'I prefer'). "
-    "Write every fact in the language of the conversation: Chinese for a Chinese conversation."
+    "Write every fact in the language of the conversation: Chinese for a Chinese conversation. "
+    "The turns are numbered [1], [2], …: give each fact's turns, the numbers of the turns it "
+    "comes from."
 )
 
 KNOWN_FACTS_ADDENDUM = (
@@ -79,6 +88,7 @@ EXTRACT_SCHEMA: dict[str, Any] = {
                     "importance": {"type": "number", "minimum": 0, "maximum": 1},
                     "action": {"enum": list(ACTIONS)},
                     "target": {"type": ["integer", "null"], "minimum": 1},
+                    "turns": {"type": "array", "items": {"type": "integer"}},
                 },
                 "required": ["content", "category", "importance"],
             },
@@ -105,6 +115,9 @@ class ExtractedFact:
     action: str = "ADD"
     # 1-based index into the `known` facts the call was shown (never a database id).
     target: int | None = None
+    # The 1-based numbers of the turns it comes from, among the turns the call was given:
+    # the caller maps them back to stored messages (the fact's provenance).
+    turns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -143,13 +156,35 @@ def turns_of(rounds: Iterable[Message]) -> tuple[Turn, ...]:
     )
 
 
-def render_transcript(turns: Iterable[Turn]) -> str:
-    """`user: …` / `assistant: …` lines, a turn's further lines indented by two spaces."""
+def render_transcript(turns: Iterable[Turn], *, numbered: bool = False) -> str:
+    """`user: …` / `assistant: …` lines, a turn's further lines indented by two spaces;
+    `numbered` puts `[n] ` before each (extraction asks for the numbers back)."""
     lines = []
-    for turn in turns:
+    for number, turn in enumerate(turns, start=1):
         text = turn.text.replace("\n", "\n  ")
-        lines.append(f"{turn.role}: {text}")
+        prefix = f"[{number}] " if numbered else ""
+        lines.append(f"{prefix}{turn.role}: {text}")
     return "\n".join(lines)
+
+
+def valid_turns(numbers: Iterable[int], *, count: int, model: str) -> tuple[int, ...]:
+    """The turn numbers that name a turn of the `count` given, each once, in order; any other
+    is dropped, logged and counted (turn_numbers_dropped), never trusted."""
+    kept: list[int] = []
+    for number in numbers:
+        if isinstance(number, int) and not isinstance(number, bool) and 1 <= number <= count:
+            if number not in kept:
+                kept.append(number)
+        else:
+            turn_numbers_dropped[model] += 1
+            log.warning(
+                "extraction by %s named turn %r of %d: dropped (%d so far)",
+                model,
+                number,
+                count,
+                turn_numbers_dropped[model],
+            )
+    return tuple(kept)
 
 
 def render_fold_input(*, rolling: str, summaries: Sequence[str]) -> str:
@@ -189,7 +224,7 @@ class PromptedMemory:
         data = complete_json(
             model=self.model,
             system=system,
-            prompt=render_transcript(turns),
+            prompt=render_transcript(turns, numbered=True),
             schema=EXTRACT_SCHEMA,
             label="extract_psych" if psych else "extract",
             max_tokens=self.extract_max_tokens,
@@ -210,6 +245,9 @@ class PromptedMemory:
                         importance=float(item["importance"]),
                         action=action,
                         target=target,
+                        turns=valid_turns(
+                            item.get("turns") or (), count=len(turns), model=self.model
+                        ),
                     )
                 )
         psych_items = (
@@ -250,7 +288,8 @@ def extract(
     known: Sequence[str] = (),
 ) -> Extraction:
     """Facts (and, when `psych`, feelings) from the rounds. `known` are existing facts shown
-    to a judging model as 1..n, so its UPDATE/SUPERSEDE/NONE targets can only name those."""
+    to a judging model as 1..n, so its UPDATE/SUPERSEDE/NONE targets can only name those.
+    Each fact's `turns` number the rounds' turns as turns_of gives them (1-based)."""
     return memory_model(model).extract(turns_of(rounds), known=tuple(known), psych=psych)
 
 

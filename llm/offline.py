@@ -365,8 +365,10 @@ class OfflineMemory:
 
     def extract(self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool) -> Extraction:
         # It does not judge against `known`: every fact is an ADD, and the consolidator's
-        # documented rules decide what it means (judged=False).
-        facts, feelings = extract(_user_texts(turns), psych=psych)
+        # documented rules decide what it means (judged=False). It knows each fact's source
+        # turn directly: the user turn the sentence is in.
+        numbers = [n for n, turn in enumerate(turns, start=1) if turn.role == "user"]
+        facts, feelings = extract(_user_texts(turns), psych=psych, numbers=numbers)
         return Extraction(facts=facts, psych=feelings, judged=False)
 
     def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
@@ -405,14 +407,16 @@ def summarize(user_texts: Sequence[str]) -> str:
 
 
 def extract(
-    user_texts: Sequence[str], *, psych: bool
+    user_texts: Sequence[str], *, psych: bool, numbers: Sequence[int] = ()
 ) -> tuple[tuple[ExtractedFact, ...], tuple[str, ...]]:
-    """Facts found by patterns, each sentence once, in the third person; and, when `psych`,
-    the sentences about feelings."""
+    """Facts found by patterns, each sentence once, in the third person, each with the turn
+    number of the text it is in (`numbers[i]` for user_texts[i]; i + 1 by default); and, when
+    `psych`, the sentences about feelings."""
     facts: list[ExtractedFact] = []
     feelings: list[str] = []
     seen: set[str] = set()
-    for text in user_texts:
+    for index, text in enumerate(user_texts):
+        number = numbers[index] if index < len(numbers) else index + 1
         for sentence in sentences(text):
             strong = bool(_FACT_RULES[0].pattern.search(sentence))
             content = _clean(_STRONG_PREFIX.sub("", sentence))
@@ -424,6 +428,7 @@ def extract(
                         content=about_user(content),
                         category=category,
                         importance=0.95 if strong else confidence,
+                        turns=(number,),
                     )
                 )
             feeling = about_user(_clean(sentence))

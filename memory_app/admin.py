@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from memory_app import confidence as rules
 from memory_app import services
@@ -56,6 +56,7 @@ class FactEventInline(admin.TabularInline):
         "new_content",
         "old_confidence",
         "new_confidence",
+        "sources",
     ]
     readonly_fields = fields
     ordering = ["-created_at", "-id"]
@@ -112,6 +113,22 @@ class FactAdmin(admin.ModelAdmin):
 
     @admin.display(description="learnt in")
     def provenance(self, fact: Fact) -> str:
+        """The messages it was said in (its sources), else the session it was written in."""
+        sources = list(fact.sources.order_by("session_id", "seq").only("session_id", "seq", "role"))
+        if sources:
+            return format_html_join(
+                ", ",
+                '<a href="{}">{} #{}</a> ({})',
+                (
+                    (
+                        reverse("admin:sessions_app_chatsession_change", args=[m.session_id]),
+                        m.session_id,
+                        m.seq,
+                        m.role,
+                    )
+                    for m in sources
+                ),
+            )
         if fact.session_id is None:
             return "-"
         url = reverse("admin:sessions_app_chatsession_change", args=[fact.session_id])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -14,10 +15,21 @@ from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_C
 from memory_app import services
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.selectors import facts_for_owner
+from sessions_app.models import Message
+
+
+class SourceOutput(serializers.Serializer):
+    """A message a fact was said in: GET /api/sessions/{session_id} shows it at `seq`."""
+
+    message_id = serializers.IntegerField(source="id")
+    session_id = serializers.CharField()
+    seq = serializers.IntegerField()
+    role = serializers.CharField()
 
 
 class FactOutput(serializers.ModelSerializer):
     session_id = serializers.CharField(allow_null=True)
+    sources = SourceOutput(many=True, read_only=True)
 
     class Meta:
         model = Fact
@@ -33,6 +45,7 @@ class FactOutput(serializers.ModelSerializer):
             "created_at",
             "last_accessed",
             "session_id",
+            "sources",
         ]
 
 
@@ -46,6 +59,7 @@ class FactEventOutput(serializers.ModelSerializer):
             "old_confidence",
             "new_confidence",
             "actor",
+            "sources",
             "created_at",
         ]
 
@@ -96,6 +110,9 @@ class FactsApi(APIView):
             if wanted not in Fact.Status.values:
                 return refused({"status": [f"unknown status {wanted!r}"]})
             facts = facts.filter(status=wanted)
+        facts = facts.prefetch_related(
+            Prefetch("sources", queryset=Message.objects.only("id", "session_id", "seq", "role"))
+        )
         return paginate(
             self, request, facts.order_by("-confidence", "-last_accessed", "-id"), FactOutput
         )

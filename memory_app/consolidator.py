@@ -20,14 +20,15 @@ from django.utils import timezone
 import llm
 from llm import memory as llm_memory
 from llm.text import terms
+from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
 from memory_app import services
 from memory_app.models import Fact, Summary, WorkingState
 from memory_app.normalize import content_key
 from memory_app.working import MemoryConfig, memory_config
 from profile_app.services import profile_apply_extraction
-from sessions_app.models import ChatSession
-from sessions_app.rounds import rounds_messages
+from sessions_app.models import ChatSession, Message
+from sessions_app.rounds import rounds_messages, rounds_rows
 
 log = logging.getLogger(__name__)
 
@@ -146,20 +147,33 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
 
 
 def apply_fact(
-    *, session: ChatSession, item: llm_memory.ExtractedFact, action: str, target: Fact | None
+    *,
+    session: ChatSession,
+    item: llm_memory.ExtractedFact,
+    action: str,
+    target: Fact | None,
+    sources: list[Message] | None = None,
 ) -> str:
-    """Write one extracted fact as `action` says; returns what happened ("skip" for a fact the
-    services refuse, e.g. longer than FACT_MAX_CHARS: the rest of the batch is still stored,
-    and the cursor moves on instead of failing the same batch forever)."""
+    """Write one extracted fact as `action` says, with the messages it came from; returns what
+    happened ("skip" for a fact the services refuse, e.g. longer than FACT_MAX_CHARS: the rest
+    of the batch is still stored, and the cursor moves on instead of failing the same batch
+    forever)."""
     try:
-        return _apply_fact(session=session, item=item, action=action, target=target)
+        return _apply_fact(
+            session=session, item=item, action=action, target=target, sources=sources or []
+        )
     except ValidationError as exc:
         log.warning("%s: extracted fact skipped: %s", session.pk, " ".join(exc.messages))
         return "skip"
 
 
 def _apply_fact(
-    *, session: ChatSession, item: llm_memory.ExtractedFact, action: str, target: Fact | None
+    *,
+    session: ChatSession,
+    item: llm_memory.ExtractedFact,
+    action: str,
+    target: Fact | None,
+    sources: list[Message],
 ) -> str:
     owner = session.owner
     confidence = rules.from_importance(item.importance)
@@ -170,9 +184,13 @@ def _apply_fact(
             action, target = "ADD", None  # changed since it was shown: treat as new
     if action in ("NONE", "UPDATE") and target is not None:
         if action == "NONE" or target.content_key == content_key(item.content):
-            services.fact_reinforce(fact=target, confidence=confidence, actor=actor)
+            services.fact_reinforce(
+                fact=target, confidence=confidence, actor=actor, sources=sources
+            )
             return "reinforce"
-        services.fact_update(fact=target, content=item.content, confidence=confidence, actor=actor)
+        services.fact_update(
+            fact=target, content=item.content, confidence=confidence, actor=actor, sources=sources
+        )
         return "update"
     new = services.fact_write(
         owner=owner,
@@ -181,6 +199,7 @@ def _apply_fact(
         confidence=confidence,
         source=Fact.Source.CONSOLIDATOR,
         session=session,
+        sources=sources,
     )
     if action == "SUPERSEDE" and target is not None and new.pk != target.pk:
         services.fact_supersede(old=target, new=new, actor=actor)
@@ -198,7 +217,14 @@ def _extract_if_due(
     if end - start < config.warm_capacity:
         return False
     model = compression_model(session)
-    rounds = rounds_messages(session=session, first=start + 1, last=end)
+    # The stored messages the extraction reads, in the order it numbers them: only those
+    # that say something (as llm.memory.turns_of keeps them), so turn n is said[n - 1].
+    said = [
+        row
+        for row in rounds_rows(session=session, first=start + 1, last=end)
+        if row.content.strip()
+    ]
+    rounds = [LLMMessage(role=row.role, content=row.content) for row in said]
     transcript = llm_memory.render_transcript(llm_memory.turns_of(rounds))
     known = closest_facts(owner=session.owner, text=transcript, limit=KNOWN_FACTS_SHOWN)
     companion = session.mode == ChatSession.Mode.COMPANION
@@ -230,8 +256,11 @@ def _extract_if_due(
             else:
                 action = item.action
                 target = known[item.target - 1] if item.target else None
+            sources = [said[number - 1] for number in item.turns if 1 <= number <= len(said)]
             report.facts.append(
-                apply_fact(session=session, item=item, action=action, target=target)
+                apply_fact(
+                    session=session, item=item, action=action, target=target, sources=sources
+                )
             )
         if companion and extraction.psych:
             report.psych += profile_apply_extraction(

@@ -57,6 +57,13 @@ class Fact(models.Model):
     superseded_by = models.ForeignKey(
         "self", models.SET_NULL, null=True, blank=True, related_name="supersedes"
     )
+    # The messages the fact was said in (its provenance): the turns the consolidator's
+    # extraction named, the round a memory tool was called in; each reinforcement adds its
+    # own. Empty for a fact written by hand (API, admin, MCP) or imported without them, and
+    # for facts stored before provenance was kept. A deleted session takes its links along.
+    sources = models.ManyToManyField(
+        "sessions_app.Message", blank=True, related_name="sourced_facts"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     last_accessed = models.DateTimeField(default=timezone.now)
@@ -101,6 +108,9 @@ class FactEvent(models.Model):
     new_confidence = models.FloatField(null=True, blank=True)
     # Who did it: a source ("agent_proactive", "consolidator") or "admin:<username>".
     actor = models.CharField(max_length=150, blank=True)
+    # The source messages this change added (an add, a reinforcement, an update), as
+    # [{"session_id", "seq"}]: the history keeps them even after a session is deleted.
+    sources = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

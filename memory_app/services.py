@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -56,14 +58,16 @@ def fact_write(
     session: ChatSession | None = None,
     message: Message | None = None,
     source_client: str = "",
+    sources: Sequence[Message] = (),
 ) -> Fact:
     """Add a fact, or reinforce the equal one the owner already has. The history names the
-    writer: the source, or `mcp:<client>` for an MCP client."""
+    writer: the source, or `mcp:<client>` for an MCP client. `sources` are the messages it
+    was said in (its provenance)."""
     content = _fact_content(content)
     actor = f"{source}:{source_client}" if source_client else source
     existing = selectors.fact_matching(owner=owner, content=content)
     if existing is not None:
-        return fact_reinforce(fact=existing, confidence=confidence, actor=actor)
+        return fact_reinforce(fact=existing, confidence=confidence, actor=actor, sources=sources)
     fact = Fact(
         owner=owner,
         content=content,
@@ -78,21 +82,47 @@ def fact_write(
     )
     fact.full_clean(exclude=["owner", "session", "message", "superseded_by"])
     fact.save()
-    _event(fact, FactEvent.Kind.ADD, actor=actor)
+    _event(fact, FactEvent.Kind.ADD, actor=actor, sources=_sources_add(fact, sources))
     return fact
 
 
-def fact_reinforce(*, fact: Fact, confidence: float, actor: str) -> Fact:
-    """The same fact again: confidence rises, hit count grows, history records it."""
+@transaction.atomic
+def fact_reinforce(
+    *, fact: Fact, confidence: float, actor: str, sources: Sequence[Message] = ()
+) -> Fact:
+    """The same fact again: confidence rises, hit count grows, the new source is added, the
+    history records it."""
     old = fact.confidence
     fact.confidence = rules.reinforced(old, confidence)
     fact.hit_count += 1
     fact.updated_at = timezone.now()
     fact.save(update_fields=["confidence", "hit_count", "updated_at"])
     _event(
-        fact, FactEvent.Kind.REINFORCE, actor=actor, old_content=fact.content, old_confidence=old
+        fact,
+        FactEvent.Kind.REINFORCE,
+        actor=actor,
+        old_content=fact.content,
+        old_confidence=old,
+        sources=_sources_add(fact, sources),
     )
     return fact
+
+
+def _sources_add(fact: Fact, messages: Sequence[Message]) -> list[dict]:
+    """Link the fact to the messages it was said in (only its owner's, each once); returns the
+    new ones as the history records them."""
+    wanted = {m.pk: m for m in messages if m.pk is not None}
+    if not wanted:
+        return []
+    owned = set(
+        Message.objects.filter(pk__in=wanted, session__owner_id=fact.owner_id).values_list(
+            "pk", flat=True
+        )
+    )
+    known = set(fact.sources.filter(pk__in=owned).values_list("pk", flat=True))
+    new = [wanted[pk] for pk in wanted if pk in owned and pk not in known]
+    fact.sources.add(*new)
+    return [{"session_id": m.session_id, "seq": m.seq} for m in new]
 
 
 def facts_mark_injected(*, facts: list[Fact]) -> None:
@@ -172,7 +202,15 @@ def _procedure_activation(*, owner: AbstractBaseUser, field: str = "active") -> 
     procedure_check_capacity(owner=owner, field=field)
 
 
-def _event(fact: Fact, kind: str, *, actor: str, old_content: str = "", old_confidence=None):
+def _event(
+    fact: Fact,
+    kind: str,
+    *,
+    actor: str,
+    old_content: str = "",
+    old_confidence=None,
+    sources: list[dict] | None = None,
+):
     FactEvent.objects.create(
         fact=fact,
         event=kind,
@@ -181,11 +219,14 @@ def _event(fact: Fact, kind: str, *, actor: str, old_content: str = "", old_conf
         old_confidence=old_confidence,
         new_confidence=fact.confidence,
         actor=actor,
+        sources=sources or [],
     )
 
 
 @transaction.atomic
-def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> Fact:
+def fact_update(
+    *, fact: Fact, content: str, confidence: float, actor: str, sources: Sequence[Message] = ()
+) -> Fact:
     """The same fact, said more precisely: new wording, reinforced confidence."""
     old_content, old_confidence = fact.content, fact.confidence
     fact.content = _fact_content(content)
@@ -202,6 +243,7 @@ def fact_update(*, fact: Fact, content: str, confidence: float, actor: str) -> F
         actor=actor,
         old_content=old_content,
         old_confidence=old_confidence,
+        sources=_sources_add(fact, sources),
     )
     return fact
 

@@ -242,6 +242,14 @@ def test_again_and_history_need_the_right_session(owner, make_session, llm_confi
         turn_plan(owner=owner, session=session, text="hi", history=(("user", "x"),))
 
 
+def test_a_fact_the_agent_writes_knows_the_message_it_was_said_in(owner, llm_config):
+    result = turn_run(owner=owner, session=None, text="记住我喜欢喝美式咖啡", model="offline")
+    fact = Fact.objects.get()
+    question = result.session.messages.get(seq=1)
+    assert question.role == "user" and list(fact.sources.all()) == [question]
+    assert fact.events.get().sources == [{"session_id": result.session.pk, "seq": 1}]
+
+
 def test_turn_on_the_offline_model(owner, llm_config):
     result = turn_run(owner=owner, session=None, text="你好", mode="work", channel="console")
     assert (result.reply, result.path, result.model, result.offline) == (

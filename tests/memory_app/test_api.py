@@ -31,7 +31,9 @@ def test_fact_lifecycle(api_for, owner):
         "created_at",
         "last_accessed",
         "session_id",
+        "sources",
     }
+    assert fact["sources"] == []  # written by hand: said in no message
     assert fact["source_client"] == ""  # set for facts an MCP client wrote (docs/mcp.md)
     assert (fact["source"], fact["confidence"], fact["status"], fact["session_id"]) == (
         "api",
@@ -127,7 +129,7 @@ def test_fact_list_queries_are_pinned(api_for, owner, count, django_assert_num_q
             owner=owner, content=f"fact {n}", category="knowledge", confidence=0.8, source="api"
         )
     api = api_for(owner)
-    with django_assert_num_queries(3):  # token, count, page
+    with django_assert_num_queries(4):  # token, count, page, the page's sources (one query)
         assert api.get("/api/facts").status_code == 200
 
 
@@ -143,3 +145,21 @@ def test_a_failing_database_is_a_json_503_not_an_html_500(api_for, owner):
         "detail": "the database is unavailable: retry later",
         "retryable": True,
     }
+
+
+def test_a_fact_shows_the_messages_it_came_from(api_for, owner, other_owner, llm_config):
+    from agent_app.turn import turn_run
+
+    result = turn_run(owner=owner, session=None, text="记住我喜欢喝美式咖啡", model="offline")
+    api = api_for(owner)
+    [fact] = api.get("/api/facts").json()["results"]
+    question = result.session.messages.get(seq=1)
+    assert fact["sources"] == [
+        {"message_id": question.pk, "session_id": result.session.pk, "seq": 1, "role": "user"}
+    ]
+    [added] = api.get(f"/api/facts/{fact['id']}/history").json()["results"]
+    assert added["sources"] == [{"session_id": result.session.pk, "seq": 1}]
+    # The session it points to is the caller's own, shown by the sessions API.
+    shown = api.get(f"/api/sessions/{result.session.pk}").json()
+    assert shown["id"] == result.session.pk
+    assert api_for(other_owner).get("/api/facts").json()["count"] == 0

@@ -356,3 +356,68 @@ def test_idle_api_sessions_are_closed(owner, make_session):
     }
     # Closing is bookkeeping: it writes no memory itself (the episode is a task of its own).
     assert not FactEvent.objects.exists()
+
+
+# --- provenance: the messages a fact was said in ------------------------------------------------
+
+
+def _said(session) -> list:
+    return list(session.messages.filter(role__in=["user", "assistant"]).order_by("seq"))
+
+
+def test_extracted_facts_know_the_turns_they_came_from(owner, fakes, caplog):
+    from llm import memory as llm_memory
+
+    openai = fakes["openai"]
+    session = _rounds(owner, ["我搬到上海了。", "我养了一只猫，叫 Miso。", "好"], model="gpt-4o")
+    openai.fake.reply(openai.text("摘要1"))
+    openai.fake.reply(openai.text("摘要2"))
+    facts = [
+        {"content": "用户住在上海", "category": "knowledge", "importance": 0.8, "turns": [1]},
+        # 2 is the assistant's "嗯。", 3 the cat; 9 and 0 were never shown: dropped.
+        {
+            "content": "用户养了一只猫叫 Miso",
+            "category": "knowledge",
+            "importance": 0.8,
+            "turns": [3, 9, 0, 3],
+        },
+        {"content": "用户喜欢猫", "category": "preference", "importance": 0.8},
+    ]
+    openai.fake.reply(openai.text(json.dumps({"facts": facts}, ensure_ascii=False)))
+    openai.fake.reply(openai.text("滚动摘要"))
+    dropped = llm_memory.turn_numbers_dropped["gpt-4o-mini"]
+    consolidation_run(session_id=session.pk, config=SMALL)
+
+    prompt = openai.fake.requests[2].body["messages"][1]["content"]
+    assert prompt.splitlines() == [
+        "[1] user: 我搬到上海了。",
+        "[2] assistant: 嗯。",
+        "[3] user: 我养了一只猫，叫 Miso。",
+        "[4] assistant: 嗯。",
+    ]
+    said = _said(session)
+    city, cat, likes = (Fact.objects.get(content=f["content"]) for f in facts)
+    assert list(city.sources.all()) == [said[0]]
+    assert list(cat.sources.all()) == [said[2]]
+    assert list(likes.sources.all()) == []  # no turns named: no source, nothing invented
+    assert llm_memory.turn_numbers_dropped["gpt-4o-mini"] == dropped + 2
+    assert "named turn 9 of 4: dropped" in caplog.text
+    assert list(cat.events.values_list("event", "sources")) == [
+        ("add", [{"session_id": session.pk, "seq": said[2].seq}])
+    ]
+
+
+def test_offline_facts_know_their_message_and_reinforcement_adds_one(owner, llm_config):
+    first = _rounds(owner, ["你好", "我住在成都。", "好的"])
+    consolidation_run(session_id=first.pk, config=SMALL)
+    fact = Fact.objects.get()
+    assert fact.content == "用户住在成都"
+    assert [(m.session_id, m.content) for m in fact.sources.all()] == [(first.pk, "我住在成都。")]
+
+    second = _rounds(owner, ["我住在成都。", "嗯", "好"])
+    consolidation_run(session_id=second.pk, config=SMALL)
+    fact.refresh_from_db()
+    assert fact.hit_count == 2
+    assert sorted(m.session_id for m in fact.sources.all()) == sorted([first.pk, second.pk])
+    [reinforce] = fact.events.filter(event="reinforce")
+    assert reinforce.sources == [{"session_id": second.pk, "seq": 1}]

@@ -384,3 +384,41 @@ def test_a_profile_that_would_pass_the_cap_refuses_the_import(tmp_path, owner):
     assert "memory/user_profile.md: the profile would be" in str(error.value)
     assert not ChatSession.objects.exists() and not Fact.objects.exists()
     assert ProfileSection.objects.get(owner=owner).key == "psych"
+
+
+def test_fact_sources_survive_a_round_trip_and_unknown_ones_are_noted(tmp_path, owner):
+    with_sources = [
+        {
+            **FACTS[0],
+            "sources": [
+                {"session_id": "s_20260611_1753_d139", "seq": 1},
+                {"session_id": "s_20250101_0000_gone", "seq": 3},  # not in the import
+            ],
+        },
+        FACTS[1],
+    ]
+    source = build_layout(tmp_path / "in", facts=with_sources)
+    out = run("ethan_import", "--home", str(source), "--user", "ada")
+    assert "1 source(s) name a message that is not in this import" in out
+    coffee = Fact.objects.get(content="用户喜欢美式咖啡")
+    assert [(m.session_id, m.seq, m.content) for m in coffee.sources.all()] == [
+        ("s_20260611_1753_d139", 1, "记住我喜欢美式咖啡")
+    ]
+    assert coffee.events.get().sources == [{"session_id": "s_20260611_1753_d139", "seq": 1}]
+    assert not Fact.objects.get(content__contains="Lisbon").sources.exists()
+
+    target = tmp_path / "out"
+    run("ethan_export", "--home", str(target), "--user", "ada")
+    exported = {f["content"]: f for f in json.loads((target / "memory/facts.json").read_text())}
+    assert exported["用户喜欢美式咖啡"]["sources"] == [
+        {"session_id": "s_20260611_1753_d139", "seq": 1}
+    ]
+    assert "sources" not in exported["The user's sister lives in Lisbon"]
+
+
+def test_malformed_fact_sources_refuse_the_import(tmp_path, owner):
+    bad = [{**FACTS[0], "sources": [{"session_id": "s_x", "seq": "one"}]}]
+    source = build_layout(tmp_path / "in", facts=bad)
+    with pytest.raises(CommandError, match=r"memory/facts.json, item 0: a source must be"):
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert not Fact.objects.exists() and not ChatSession.objects.exists()
