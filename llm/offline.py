@@ -22,9 +22,12 @@ themselves, never from a prompt:
   in the conversation's language.
 - fold: the items of the earlier and newer summaries merged, duplicates dropped, newest kept.
 - extract: facts found by patterns, with categories and the design's confidences (0.8; 0.9 for
-  偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), and in companion mode the user's
-  feelings for the profile's 心理与情绪 section. It does not judge against known facts: the
-  consolidator's rules do.
+  偏好/纠正/I prefer/correct that; 0.95 for 记住/remember), each with the user turn it is in
+  (its provenance), and in companion mode the user's feelings for the profile's 心理与情绪
+  section. Plain self-statements count at 0.8 with no signal word: who the person is and what
+  they do ("我在杭州做后端工程师", "I work at Acme"), where they live, the people and pets in
+  their life ("我女儿叫小米", "my dog Max"), plans with a time ("下周去东京", "I'm flying to
+  Oslo next week"). It does not judge against known facts: the consolidator's rules do.
 """
 
 from __future__ import annotations
@@ -96,6 +99,18 @@ class _FactRule:
     pattern: re.Pattern[str]
 
 
+# The words of a plain self-statement's people and times (see _FACT_RULES).
+_KIN_ZH = (
+    "女儿|儿子|老婆|老公|妻子|丈夫|太太|先生|妈妈|爸爸|母亲|父亲|哥哥|姐姐|弟弟|妹妹|"
+    "男朋友|女朋友|对象|孩子|猫|狗|宠物"
+)
+_KIN_EN = (
+    "daughter|son|wife|husband|partner|girlfriend|boyfriend|mom|mum|mother|dad|father|"
+    "brother|sister|kids?|children|child|dog|cat|puppy|kitten"
+)
+_WHEN_ZH = "下周|下星期|下个月|下个星期|明天|后天|这周末|周末|明年|月底|年底|下礼拜"
+_WHEN_EN = "next (?:week|month|year|weekend)|tomorrow|this weekend|tonight|in \\w+ days"
+
 _FACT_RULES = (
     _FactRule("knowledge", 0.95, re.compile(r"记住|\bremember\b", re.IGNORECASE)),
     _FactRule(
@@ -119,15 +134,25 @@ _FACT_RULES = (
         "decision",
         0.8,
         re.compile(
-            r"决定|打算|定了|\b(?:I|we) (?:decided|will|are going to|plan to)\b", re.IGNORECASE
+            r"决定|打算|定了|\b(?:I|we) (?:decided|will|are going to|plan to)\b|"
+            # A plan with a time: 下周去东京, 明天飞上海, I'm flying to Oslo next week.
+            rf"(?:{_WHEN_ZH})(?:要|会|就|准备|打算)?(?:去|飞|出差|搬|回|到)|"
+            r"\bI(?:'m| am| will be|'ll be) (?:flying|going|moving|heading|travell?ing|driving)"
+            rf"\b.*\b(?:{_WHEN_EN})\b",
+            re.IGNORECASE,
         ),
     ),
     _FactRule(
         "knowledge",
         0.8,
         re.compile(
-            r"我是|我在.{1,12}(?:工作|上班|读书|上学)|我住在|我有|我的.{1,8}是|我叫|"
-            r"\bI(?:'m| am) (?:a|an|the)\b|\bI (?:work|live|study)\b|\bmy \w+(?: \w+)? is\b",
+            # Who the person is, what they do and where they live.
+            r"我是|我在.{1,12}(?:工作|上班|读书|上学|做|当|教)|我住在|我有|我的.{1,8}是|我叫|"
+            r"\bI(?:'m| am) (?:a|an|the)\b|\bI (?:work|live|study|teach)\b|"
+            r"\bmy \w+(?: \w+)? is\b|"
+            # People and pets in their life: 我女儿叫小米, 我家的猫叫 Miso, my dog Max.
+            rf"我(?:家)?(?:的)?(?:{_KIN_ZH})(?:叫|是|名叫|今年)|"
+            rf"\bmy (?:{_KIN_EN})\b",
             re.IGNORECASE,
         ),
     ),
@@ -171,6 +196,13 @@ def about_user(text: str) -> str:
     if re.match(r"(?:the )?user\b", text, re.IGNORECASE):
         return text
     return f"User: {text}"
+
+
+def _with_subject(fact: str) -> str:
+    """A Chinese fact that names nobody ("下周去东京") is about the user: 用户下周去东京."""
+    if language_of(fact) == "zh" and "用户" not in fact:
+        return f"用户{fact}"
+    return fact
 
 
 def _categorise(text: str) -> tuple[str, float]:
@@ -425,7 +457,7 @@ def extract(
                 seen.add(content)
                 facts.append(
                     ExtractedFact(
-                        content=about_user(content),
+                        content=_with_subject(about_user(content)),
                         category=category,
                         importance=0.95 if strong else confidence,
                         turns=(number,),

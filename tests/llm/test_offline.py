@@ -262,7 +262,7 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
     assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
         ("用户是后端工程师，在杭州工作", "knowledge", 0.8),
         ("用户更喜欢简短的回答", "preference", 0.9),
-        ("周五前要交季度报告", "knowledge", 0.95),
+        ("用户周五前要交季度报告", "knowledge", 0.95),  # a fact that names nobody is the user's
         ("纠正一下，用户住在上海，不是杭州", "correction", 0.9),
     ]
     assert extraction.psych == ()  # only asked for in companion mode
@@ -281,3 +281,36 @@ def test_offline_psych_extraction_only_when_asked():
     assert zh.psych == ("最近压力很大，晚上失眠", "听音乐能让用户放松")
     en = memory.extract(model="offline", rounds=ROUNDS_EN, psych=True)
     assert en.psych == ("User: I'm so stressed lately", "User: Long walks make me feel calm")
+
+
+@pytest.mark.parametrize(
+    ("said", "fact", "category"),
+    [
+        ("我在杭州做后端工程师", "用户在杭州做后端工程师", "knowledge"),
+        (
+            "I work at Acme as a backend engineer",
+            "User: I work at Acme as a backend engineer",
+            "knowledge",
+        ),
+        ("我是老师", "用户是老师", "knowledge"),
+        ("我住在成都", "用户住在成都", "knowledge"),
+        ("I live in Lisbon", "User: I live in Lisbon", "knowledge"),
+        ("我女儿叫小米", "用户女儿叫小米", "knowledge"),
+        ("我家的猫叫 Miso", "用户家的猫叫 Miso", "knowledge"),
+        ("my dog Max loves the beach", "User: my dog Max loves the beach", "knowledge"),
+        ("下周去东京", "用户下周去东京", "decision"),
+        ("I'm flying to Oslo next week", "User: I'm flying to Oslo next week", "decision"),
+    ],
+)
+def test_plain_self_statements_are_facts_at_the_designs_confidence(said, fact, category):
+    extraction = memory.extract(model="offline", rounds=[Message.user(said)])
+    assert [(f.content, f.category, f.importance, f.turns) for f in extraction.facts] == [
+        (fact, category, 0.8, (1,))
+    ]
+
+
+@pytest.mark.parametrize(
+    "said", ["今天天气不错", "I went to the park", "Never mind", "下周见", "see you next week"]
+)
+def test_small_talk_is_still_no_fact(said):
+    assert memory.extract(model="offline", rounds=[Message.user(said)]).facts == ()

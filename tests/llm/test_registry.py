@@ -60,7 +60,7 @@ def test_the_offline_memory_model_works_on_the_turns():
     extraction = offline.extract(turns, known=["用户喜欢咖啡"], psych=True)
     assert [(f.content, f.category, f.importance, f.action) for f in extraction.facts] == [
         ("用户更喜欢简短的回答", "preference", 0.9, "ADD"),
-        ("周五前要交季度报告", "knowledge", 0.95, "ADD"),
+        ("用户周五前要交季度报告", "knowledge", 0.95, "ADD"),
     ]
     assert extraction.psych == ("最近压力很大",)
     assert extraction.judged is False  # the consolidator's rules decide against known facts

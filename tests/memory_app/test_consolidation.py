@@ -421,3 +421,29 @@ def test_offline_facts_know_their_message_and_reinforcement_adds_one(owner, llm_
     assert sorted(m.session_id for m in fact.sources.all()) == sorted([first.pk, second.pk])
     [reinforce] = fact.events.filter(event="reinforce")
     assert reinforce.sources == [{"session_id": second.pk, "seq": 1}]
+
+
+def test_a_plain_self_statement_comes_back_when_asked_about(owner, llm_config):
+    """Offline: "我女儿叫小米" said in passing becomes a fact, and a later question about the
+    daughter gets it injected, among more facts than the prompt has room for."""
+    from agent_app.prompts import build_system
+    from memory_app.services import fact_write
+
+    for n in range(30):
+        fact_write(
+            owner=owner,
+            content=f"用户第{n}次提到的项目代号是 P{n}",
+            category="knowledge",
+            confidence=0.85,
+            source="api",
+        )
+    session = _rounds(owner, ["我女儿叫小米，今年五岁。", "I'm flying to Oslo next week.", "好"])
+    consolidation_run(session_id=session.pk, config=SMALL)
+    daughter = Fact.objects.get(content__startswith="用户女儿叫小米")
+    assert daughter.confidence == 0.8 and daughter.sources.get().content.startswith("我女儿")
+    for question, expected in (
+        ("我女儿叫什么名字？", daughter.content),
+        ("When am I flying to Oslo?", "User: I'm flying to Oslo next week"),
+    ):
+        system = build_system(owner=owner, mode="work", path="full", text=question)
+        assert expected in [fact.content for fact in system.facts], question
