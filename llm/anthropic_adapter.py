@@ -77,6 +77,11 @@ class AnthropicProvider:
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+        if request.json_schema is not None:
+            # Structured output (JSON outputs): the answer's text is decoded to match the schema.
+            kwargs["output_config"] = {
+                "format": {"type": "json_schema", "schema": request.json_schema.schema}
+            }
         started = time.perf_counter()
         # Content blocks by index: text grows by text_delta, a tool_use's input by
         # input_json_delta (pieces of one JSON object, parsed at the end).

@@ -12,7 +12,7 @@ from llm.provider import Provider, Request
 from llm.registry import provider_entry
 from llm.retry import stream_with_retries
 from llm.routing import provider_for
-from llm.types import Completion, Message, StreamEnd, StreamEvent, ToolSpec
+from llm.types import Completion, JsonSchema, Message, StreamEnd, StreamEvent, ToolSpec
 
 
 @functools.cache
@@ -30,10 +30,12 @@ def stream(
     tools: Sequence[ToolSpec] = (),
     max_tokens: int = 1024,
     timeout: float | None = None,
-    json_mode: bool = False,
+    json_schema: JsonSchema | None = None,
 ) -> Iterator[StreamEvent]:
     """The answer of `model` (default: config.default_model()) as it is written: TextDelta
     events, then one StreamEnd carrying the whole Completion (tool calls arrive only there).
+    With `json_schema`, the provider is asked to hold the answer to that schema (its structured
+    output); the answer's text is then the JSON document.
 
     An unknown model or a missing key raises ModelConfigError here, before any request. The
     other failures come while iterating: ModelAuthError, ModelRequestError, or ModelUnavailable
@@ -52,7 +54,7 @@ def stream(
         tools=tuple(tools),
         max_tokens=max_tokens,
         timeout=timeout if timeout is not None else settings.timeout,
-        json_mode=json_mode,
+        json_schema=json_schema,
     )
     return stream_with_retries(
         lambda: provider.stream(request),
@@ -72,7 +74,7 @@ def complete(
     tools: Sequence[ToolSpec] = (),
     max_tokens: int = 1024,
     timeout: float | None = None,
-    json_mode: bool = False,
+    json_schema: JsonSchema | None = None,
 ) -> Completion:
     """One completion from `model`: `stream(...)` drained, with the same retries and errors.
 
@@ -86,7 +88,7 @@ def complete(
         tools=tools,
         max_tokens=max_tokens,
         timeout=timeout,
-        json_mode=json_mode,
+        json_schema=json_schema,
     )
     return drain(events)
 

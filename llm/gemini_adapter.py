@@ -113,8 +113,11 @@ class GeminiProvider:
                     ]
                 )
             ]
-        if request.json_mode:
+        if request.json_schema is not None:
+            # Structured output: JSON held to the schema (JSON Schema itself, not the OpenAPI
+            # subset of response_schema).
             generate_config.response_mime_type = "application/json"
+            generate_config.response_json_schema = request.json_schema.schema
         started = time.perf_counter()
         texts: list[str] = []
         calls: list[ToolCall] = []

@@ -92,8 +92,17 @@ class OpenAIProvider:
                 }
                 for tool in request.tools
             ]
-        if request.json_mode and native:
-            kwargs["response_format"] = {"type": "json_object"}
+        if request.json_schema is not None:
+            # Structured output, strict: the answer is decoded to match the schema. OpenAI-
+            # compatible servers (Ollama, vLLM) honour json_schema too.
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.json_schema.name,
+                    "schema": request.json_schema.schema,
+                    "strict": True,
+                },
+            }
         started = time.perf_counter()
         texts: list[str] = []
         # Tool calls arrive in pieces keyed by their index: the first piece has the id and the

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm.errors import ModelError
-from llm.types import Message, StreamEvent, ToolSpec
+from llm.types import JsonSchema, Message, StreamEvent, ToolSpec
 
 
 @dataclass(frozen=True)
@@ -21,8 +21,8 @@ class Request:
     tools: tuple[ToolSpec, ...]
     max_tokens: int
     timeout: float
-    # Ask for a JSON answer (structured output for memory work).
-    json_mode: bool = False
+    # Ask for a JSON answer of this shape (structured output for memory work); None: free text.
+    json_schema: JsonSchema | None = None
 
 
 class Provider(Protocol):

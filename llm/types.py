@@ -68,6 +68,18 @@ class ToolSpec:
 
 
 @dataclass(frozen=True)
+class JsonSchema:
+    """The shape a structured answer must have, sent with the request so the provider holds the
+    model to it (OpenAI json_schema, Anthropic output_config, Gemini response_json_schema).
+
+    `schema` must already be in the strict subset all three accept (`llm.structured.
+    strict_schema`); `name` is what OpenAI calls it (letters, digits, _ and -, up to 64)."""
+
+    name: str
+    schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0

@@ -6,7 +6,37 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded, sse
+from tests.fakes.base import (
+    FakeServer,
+    ProtocolError,
+    Recorded,
+    is_object_schema,
+    schema_nodes,
+    sse,
+)
+
+# Keywords structured outputs refuse ("JSON Schema limitations" in Anthropic's guide): numeric
+# and string-length constraints, array constraints beyond minItems 0 or 1, and composition
+# beyond anyOf/allOf.
+NOT_IN_JSON_OUTPUTS = frozenset(
+    {
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "maxItems",
+        "uniqueItems",
+        "contains",
+        "not",
+        "if",
+        "then",
+        "else",
+        "patternProperties",
+    }
+)
 
 
 class FakeAnthropic(FakeServer):
@@ -50,6 +80,49 @@ class FakeAnthropic(FakeServer):
         for tool in body.get("tools", []):
             if set(tool) - {"name", "description", "input_schema"} or "input_schema" not in tool:
                 raise ProtocolError("tools take name, description and input_schema")
+        if "tool_choice" in body:
+            self.check_tool_choice(body["tool_choice"], body.get("tools", []))
+        if "output_config" in body:
+            self.check_output_config(body["output_config"])
+
+    @staticmethod
+    def check_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> None:
+        """auto, any, none, or one named tool (forced), which must be among the tools."""
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind not in ("auto", "any", "tool", "none"):
+            raise ProtocolError(f"tool_choice.type: invalid value {kind!r}")
+        if kind in ("any", "tool") and not tools:
+            raise ProtocolError("tool_choice any or tool needs tools")
+        if kind == "tool" and choice.get("name") not in {t["name"] for t in tools}:
+            raise ProtocolError(
+                f"tool_choice names a tool that is not offered: {choice.get('name')!r}"
+            )
+
+    @staticmethod
+    def check_output_config(config: Any) -> None:
+        """output_config.format is {type: json_schema, schema}: every object closed
+        (additionalProperties: false), and none of the keywords JSON outputs refuse."""
+        if not isinstance(config, dict):
+            raise ProtocolError("output_config must be an object")
+        fmt = config.get("format")
+        if fmt is None:
+            return
+        if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise ProtocolError("output_config.format: expected {type: json_schema, schema}")
+        for path, node in schema_nodes(fmt["schema"]):
+            where = "/".join(path) or "the top level"
+            refused = sorted(NOT_IN_JSON_OUTPUTS & set(node))
+            if node.get("minItems") not in (None, 0, 1):
+                refused.append("minItems")
+            if refused:
+                raise ProtocolError(
+                    f"output_config.format.schema: '{refused[0]}' is not supported ({where})"
+                )
+            if is_object_schema(node) and node.get("additionalProperties") is not False:
+                raise ProtocolError(
+                    "output_config.format.schema: For 'object' type, 'additionalProperties' "
+                    f"must be explicitly set to false ({where})"
+                )
 
     def wants_stream(self, recorded: Recorded) -> bool:
         return isinstance(recorded.body, dict) and recorded.body.get("stream") is True

@@ -43,6 +43,29 @@ class ProtocolError(Exception):
     """A request the real service would refuse; the fake answers 400."""
 
 
+def schema_nodes(schema: Any, path: tuple[str, ...] = ()):
+    """Every sub-schema of a JSON schema with its path ("properties", "facts", "items", …), the
+    schema itself first: what a provider walks to check a schema it is sent."""
+    if not isinstance(schema, dict):
+        return
+    yield path, schema
+    for key in ("properties", "$defs", "definitions"):
+        for name, sub in (schema.get(key) or {}).items():
+            yield from schema_nodes(sub, (*path, key, name))
+    if isinstance(schema.get("items"), dict):
+        yield from schema_nodes(schema["items"], (*path, "items"))
+    for key in ("anyOf", "oneOf", "allOf"):
+        for index, sub in enumerate(schema.get(key) or ()):
+            yield from schema_nodes(sub, (*path, key, str(index)))
+
+
+def is_object_schema(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if kind is None:
+        return "properties" in node
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
 def sse(data: Any, event: str | None = None, newline: str = "\n") -> bytes:
     """One server-sent event: an optional `event:` line, one `data:` line, a blank line."""
     head = f"event: {event}{newline}" if event else ""

@@ -8,7 +8,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded, sse
+from tests.fakes.base import FakeServer, ProtocolError, Recorded, schema_nodes, sse
 
 PATH = re.compile(
     r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
@@ -64,6 +64,25 @@ class FakeGemini(FakeServer):
             for declaration in tool.get("functionDeclarations", []):
                 if "name" not in declaration:
                     raise ProtocolError("function declarations need a name")
+        self.check_generation_config(body.get("generationConfig") or {})
+
+    @staticmethod
+    def check_generation_config(config: dict[str, Any]) -> None:
+        """A response schema goes with responseMimeType application/json, in responseSchema
+        (OpenAPI subset) or responseJsonSchema (JSON Schema), never both; a $ref in the JSON
+        Schema stands alone (only $-keywords beside it)."""
+        schema = config.get("responseJsonSchema")
+        if schema is None and "responseSchema" not in config:
+            return
+        if config.get("responseMimeType") != "application/json":
+            raise ProtocolError("a response schema needs responseMimeType application/json")
+        if schema is not None and "responseSchema" in config:
+            raise ProtocolError("responseSchema and responseJsonSchema cannot both be set")
+        for path, node in schema_nodes(schema):
+            if "$ref" in node and any(not key.startswith("$") for key in node):
+                raise ProtocolError(
+                    f"responseJsonSchema {'/'.join(path)}: a $ref allows only $-keywords beside it"
+                )
 
     def wants_stream(self, recorded: Recorded) -> bool:
         return ":streamGenerateContent" in recorded.path

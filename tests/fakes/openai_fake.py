@@ -4,9 +4,46 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded, Reply, sse
+from tests.fakes.base import (
+    FakeServer,
+    ProtocolError,
+    Recorded,
+    Reply,
+    is_object_schema,
+    schema_nodes,
+    sse,
+)
+
+# Keywords strict structured output refuses ("Supported schemas" in OpenAI's guide): composition
+# beyond anyOf, and the constraints it does not enforce.
+NOT_IN_STRICT = frozenset(
+    {
+        "allOf",
+        "oneOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "dependentRequired",
+        "dependentSchemas",
+        "patternProperties",
+        "unevaluatedProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "minLength",
+        "maxLength",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "uniqueItems",
+    }
+)
+SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class FakeOpenAI(FakeServer):
@@ -38,6 +75,53 @@ class FakeOpenAI(FakeServer):
                 raise ProtocolError("tools must be {type: function, function: {name, parameters}}")
         if "stream_options" in body and not body.get("stream"):
             raise ProtocolError("stream_options is only allowed when stream is true")
+        if "response_format" in body:
+            self.check_response_format(body["response_format"])
+
+    @staticmethod
+    def check_response_format(response_format: Any) -> None:
+        """json_object, or json_schema with a name and a schema; a strict schema must close
+        every object (additionalProperties: false), list every property in required, and use
+        only the keywords strict mode supports, as the real API insists."""
+        kind = response_format.get("type") if isinstance(response_format, dict) else None
+        if kind not in ("text", "json_object", "json_schema"):
+            raise ProtocolError(f"response_format.type: invalid value {kind!r}")
+        if kind != "json_schema":
+            return
+        spec = response_format.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+            raise ProtocolError("response_format.json_schema needs a schema object")
+        name = spec.get("name")
+        if not isinstance(name, str) or not SCHEMA_NAME.match(name):
+            raise ProtocolError(f"response_format.json_schema.name: invalid value {name!r}")
+        if not spec.get("strict"):
+            return
+        schema = spec["schema"]
+        prefix = f"Invalid schema for response_format '{name}'"
+        if schema.get("type") != "object" or "anyOf" in schema:
+            raise ProtocolError(f"{prefix}: schema must be a JSON Schema of 'type: \"object\"'")
+        for path, node in schema_nodes(schema):
+            where = f"In context={path}"
+            refused = sorted(NOT_IN_STRICT & set(node))
+            if refused:
+                raise ProtocolError(f"{prefix}: {where}, '{refused[0]}' is not permitted.")
+            if "$ref" in node and set(node) - {"$ref"}:
+                raise ProtocolError(f"{prefix}: {where}, $ref cannot have keywords beside it.")
+            if not is_object_schema(node):
+                continue
+            if node.get("additionalProperties") is not False:
+                raise ProtocolError(
+                    f"{prefix}: {where}, 'additionalProperties' is required to be supplied "
+                    "and to be false."
+                )
+            missing = [
+                key for key in node.get("properties") or {} if key not in node.get("required", [])
+            ]
+            if missing:
+                raise ProtocolError(
+                    f"{prefix}: {where}, 'required' is required to be supplied and to be an "
+                    f"array including every key in properties. Missing '{missing[0]}'."
+                )
 
     def wants_stream(self, recorded: Recorded) -> bool:
         return isinstance(recorded.body, dict) and recorded.body.get("stream") is True

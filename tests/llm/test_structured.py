@@ -1,14 +1,21 @@
-"""Extraction asks for JSON, repairs an invalid answer once, then fails loudly."""
+"""Extraction asks with the provider's structured output, repairs an invalid answer once, then
+fails loudly. Each real SDK runs against its fake, which refuses a schema the real API would."""
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import pytest
 
-from llm import ModelOutputError, memory, structured
-from llm.types import Message
+import llm
+from llm import ModelOutputError, ModelRequestError, memory, structured
+from llm.structured import strict_schema
+from llm.types import JsonSchema, Message
+from tests.fakes.anthropic_fake import FakeAnthropic
+from tests.fakes.base import ProtocolError
+from tests.fakes.openai_fake import FakeOpenAI
 
 CONVERSATION = [
     Message.user("我是后端工程师，住在杭州。记住：我更喜欢简短的回答。"),
@@ -36,10 +43,7 @@ def test_extraction_prompt_states_the_schema_and_the_language(provider):
     assert json.dumps(memory.EXTRACT_SCHEMA, ensure_ascii=False) in system  # the schema, stated
     wire = json.dumps(body, ensure_ascii=False)
     assert "user: 我是后端工程师，住在杭州。记住：我更喜欢简短的回答。" in wire
-    if provider.name == "openai":
-        assert body["response_format"] == {"type": "json_object"}
-    if provider.name == "gemini":
-        assert body["generationConfig"]["responseMimeType"] == "application/json"
+    assert sent_schema(provider.name, body) == strict_schema(memory.EXTRACT_SCHEMA)
 
 
 def test_invalid_json_is_repaired_once(provider, caplog):
@@ -52,6 +56,10 @@ def test_invalid_json_is_repaired_once(provider, caplog):
     repair = json.dumps(provider.fake.requests[1].body, ensure_ascii=False)
     assert "could not be used: not valid JSON" in repair
     assert '{\\"facts\\": [{\\"content\\": \\"用户是后端工程师\\"' in repair  # its own answer
+    # The repair asks with the same structured output.
+    assert sent_schema(provider.name, provider.fake.requests[1].body) == strict_schema(
+        memory.EXTRACT_SCHEMA
+    )
 
 
 def test_still_invalid_after_repair_fails_loudly(provider, caplog):
@@ -87,3 +95,264 @@ def test_parse_json_rules():
         structured.parse_json("facts: none", schema)
     with pytest.raises(ValueError, match="at the top level: 'facts' is a required property"):
         structured.parse_json("{}", schema)
+
+
+# --- structured output on the wire ---------------------------------------------------------------
+
+
+def sent_schema(name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a request asked the provider to hold the answer to, where its API takes it
+    (None when it asked for free text)."""
+    if name == "openai":
+        response_format = body.get("response_format")
+        if response_format is None:
+            return None
+        assert response_format["type"] == "json_schema"
+        assert response_format["json_schema"]["name"] == "extract"
+        assert response_format["json_schema"]["strict"] is True
+        return response_format["json_schema"]["schema"]
+    if name == "anthropic":
+        if "output_config" not in body:
+            return None
+        assert "tools" not in body and "tool_choice" not in body
+        assert body["output_config"]["format"]["type"] == "json_schema"
+        return body["output_config"]["format"]["schema"]
+    config = body.get("generationConfig") or {}
+    if "responseJsonSchema" not in config:
+        assert "responseMimeType" not in config
+        return None
+    assert config["responseMimeType"] == "application/json"
+    assert "responseSchema" not in config
+    return config["responseJsonSchema"]
+
+
+# A schema with the shapes strict mode cares about: an optional nullable integer, an optional
+# enum, an optional array of integers, a nested object in an array, constraints strict mode
+# does not take, oneOf, and a $ref into $defs.
+WIDE = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 20,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "text": {"type": "string", "minLength": 1, "maxLength": 200},
+                    "kind": {"enum": ["a", "b"]},
+                    "score": {"type": "number", "minimum": 0, "maximum": 1},
+                    "target": {"type": ["integer", "null"], "minimum": 1},
+                    "turns": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+                    "where": {"$ref": "#/$defs/place"},
+                    "when": {"type": "string", "format": "date"},
+                },
+                "required": ["text"],
+            },
+        },
+        "note": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    },
+    "required": ["items"],
+    "$defs": {
+        "place": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "pattern": "^[A-Z]"}},
+            "required": ["city"],
+            "additionalProperties": True,
+        }
+    },
+}
+
+
+def test_strict_schema_closes_objects_requires_everything_and_drops_constraints():
+    strict = strict_schema(WIDE)
+    item = strict["properties"]["items"]["items"]
+    assert strict["required"] == ["items", "note"]
+    assert strict["additionalProperties"] is False
+    assert strict["properties"]["items"] == {"type": "array", "minItems": 1, "items": item}
+    assert item == {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "kind": {"anyOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "null"}]},
+            "score": {"type": ["number", "null"]},
+            "target": {"type": ["integer", "null"]},
+            "turns": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]},
+            "where": {"anyOf": [{"$ref": "#/$defs/place"}, {"type": "null"}]},
+            "when": {"type": ["string", "null"], "format": "date"},
+        },
+        "required": ["text", "kind", "score", "target", "turns", "where", "when"],
+        "additionalProperties": False,
+    }
+    assert strict["properties"]["note"] == {
+        "anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]
+    }
+    assert strict["$defs"]["place"] == {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    assert WIDE["properties"]["items"]["items"]["required"] == ["text"]  # not mutated
+    with pytest.raises(ValueError, match="top level is an object"):
+        strict_schema({"type": "array", "items": {"type": "string"}})
+
+
+@pytest.mark.parametrize("schema", [WIDE, memory.EXTRACT_SCHEMA], ids=["wide", "extract"])
+def test_the_fakes_refuse_the_original_schema_and_take_the_strict_one(schema):
+    def openai(body_schema):
+        FakeOpenAI.check_response_format(
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": body_schema, "strict": True},
+            }
+        )
+
+    def anthropic(body_schema):
+        FakeAnthropic.check_output_config(
+            {"format": {"type": "json_schema", "schema": body_schema}}
+        )
+
+    for check in (openai, anthropic):
+        with pytest.raises(ProtocolError):
+            check(schema)
+        check(strict_schema(schema))
+
+
+def test_the_openai_fake_refuses_what_strict_mode_refuses():
+    def check(schema, name="x"):
+        FakeOpenAI.check_response_format(
+            {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
+        )
+
+    closed = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    with pytest.raises(ProtocolError, match="'additionalProperties' is required"):
+        check(closed)
+    with pytest.raises(ProtocolError, match="Missing 'a'"):
+        check({**closed, "required": [], "additionalProperties": False})
+    with pytest.raises(ProtocolError, match="'minLength' is not permitted"):
+        check(
+            {
+                **closed,
+                "properties": {"a": {"type": "string", "minLength": 1}},
+                "additionalProperties": False,
+            }
+        )
+    with pytest.raises(ProtocolError, match="name"):
+        check(strict_schema(closed), name="extract facts")
+    check(strict_schema(closed))
+
+
+def test_the_anthropic_fake_takes_a_forced_tool_choice():
+    tools = [{"name": "answer", "description": "d", "input_schema": {"type": "object"}}]
+    FakeAnthropic.check_tool_choice({"type": "tool", "name": "answer"}, tools)
+    with pytest.raises(ProtocolError, match="not offered"):
+        FakeAnthropic.check_tool_choice({"type": "tool", "name": "other"}, tools)
+    with pytest.raises(ProtocolError, match="needs tools"):
+        FakeAnthropic.check_tool_choice({"type": "any"}, [])
+
+
+def test_a_request_with_a_non_strict_schema_is_refused_as_the_real_api_would(provider):
+    """The fakes check the schema where each API takes it: OpenAI and Anthropic refuse an open
+    object, Gemini a $ref with keywords beside it."""
+    schema = dict(memory.EXTRACT_SCHEMA)
+    if provider.name == "gemini":
+        schema = {
+            **schema,
+            "properties": {"facts": {"$ref": "#/$defs/facts", "description": "the facts"}},
+            "$defs": {"facts": memory.EXTRACT_SCHEMA["properties"]["facts"]},
+        }
+    provider.fake.reply(provider.text("{}"))
+    with pytest.raises(ModelRequestError):
+        llm.complete(
+            model=provider.model,
+            messages=[Message.user("hi")],
+            json_schema=JsonSchema("extract", schema),
+        )
+    assert sent_schema(provider.name, provider.fake.requests[0].body) == schema
+
+
+def test_a_strict_answer_with_nulls_parses(provider):
+    """Strict output names every property, null for the optional ones: the nulls the original
+    schema does not allow are dropped before validation, the ones it allows are kept."""
+    answer = {
+        "facts": [
+            {
+                "content": "用户更喜欢简短的回答",
+                "category": "preference",
+                "importance": 0.9,
+                "action": None,
+                "target": None,
+            },
+            {
+                "content": "用户住在杭州",
+                "category": "correction",
+                "importance": 0.9,
+                "action": "UPDATE",
+                "target": 1,
+            },
+        ],
+        "psych": None,
+    }
+    provider.fake.reply(provider.text(json.dumps(answer, ensure_ascii=False)))
+    extraction = memory.extract(model=provider.model, rounds=CONVERSATION, known=["用户住在上海"])
+    assert [(f.content, f.action, f.target) for f in extraction.facts] == [
+        ("用户更喜欢简短的回答", "ADD", None),
+        ("用户住在杭州", "UPDATE", 1),
+    ]
+    assert len(provider.fake.requests) == 1
+
+
+def test_a_model_that_ignores_the_schema_gets_one_repair(provider, caplog):
+    """Valid JSON of the wrong shape (a server that does not hold the model to the schema) is
+    sent back once, with what was wrong, and the schema is asked for again."""
+    provider.fake.reply(provider.text('{"memories": ["用户是后端工程师"]}'))
+    provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
+    with caplog.at_level(logging.WARNING, logger="llm.structured"):
+        extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
+    assert len(extraction.facts) == 2
+    assert "'facts' is a required property" in caplog.text
+    first, second = (request.body for request in provider.fake.requests)
+    assert sent_schema(provider.name, first) == sent_schema(provider.name, second)
+    assert sent_schema(provider.name, second) is not None
+    wire = json.dumps(second, ensure_ascii=False)
+    assert "could not be used: does not match the schema" in wire
+    assert "memories" in wire  # its own answer, sent back as text
+
+
+def test_a_server_that_refuses_structured_output_is_asked_with_the_prompt_only(provider, caplog):
+    provider.fake.reply(
+        provider.error(400, "response_format json_schema is not supported"), status=400
+    )
+    provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
+    with caplog.at_level(logging.WARNING, logger="llm.structured"):
+        extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
+    assert len(extraction.facts) == 2
+    assert "refused structured output" in caplog.text
+    refused, plain = (request.body for request in provider.fake.requests)
+    assert sent_schema(provider.name, refused) == strict_schema(memory.EXTRACT_SCHEMA)
+    assert sent_schema(provider.name, plain) is None
+    # The schema is still stated in the prompt.
+    assert json.dumps(memory.EXTRACT_SCHEMA, ensure_ascii=False) in provider.system_of(plain)
+
+
+def test_parse_json_drops_only_the_nulls_the_schema_does_not_allow():
+    schema = memory.EXTRACT_SCHEMA
+    fact = {"content": "x", "category": "knowledge", "importance": 0.8}
+    text = json.dumps({"facts": [{**fact, "action": None, "target": None}], "psych": None})
+    assert structured.parse_json(text, schema) == {"facts": [{**fact, "target": None}]}
+    with pytest.raises(ValueError, match="facts/0/content: None is not of type 'string'"):
+        structured.parse_json(json.dumps({"facts": [{**fact, "content": None}]}), schema)
+    wide = structured.parse_json(
+        json.dumps({"items": [{"text": "t", "kind": "a", "where": None}], "note": None}), WIDE
+    )
+    assert wide == {"items": [{"text": "t", "kind": "a"}]}
+
+
+def test_the_offline_model_ignores_the_schema():
+    completion = llm.complete(
+        model="offline",
+        messages=[Message.user("你好")],
+        json_schema=JsonSchema("extract", strict_schema(memory.EXTRACT_SCHEMA)),
+    )
+    assert completion.meta["offline"] is True
