@@ -100,6 +100,13 @@ class LarkEvent(models.Model):
     note = models.TextField(blank=True)  # why it was ignored or failed
     received_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # When a worker took it (status processing). One still processing long after this belongs
+    # to a worker that died: the sweep (channels.lark_reclaim) takes it back.
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    # The user message its turn stored, once stored: a retaken event never stores it twice.
+    question = models.ForeignKey(
+        "sessions_app.Message", models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["status", "received_at"], name="larkevent_status")]

@@ -28,6 +28,10 @@ PERIODIC_TASKS = [
     Periodic(name="sessions: close idle sessions", task="sessions.close_idle", every_seconds=300),
     # Consolidation that a broker outage left undone.
     Periodic(name="memory: catch up consolidation", task="memory.catch_up", every_seconds=600),
+    # Lark events whose worker died while answering them are answered after all.
+    Periodic(
+        name="lark: answer events left behind", task="channels.lark_reclaim", every_seconds=60
+    ),
     # Owners over the fact capacity (a lowered setting, an import) are brought back under it.
     Periodic(name="memory: eviction sweep", task="memory.evict_sweep", every_seconds=3600),
 ]

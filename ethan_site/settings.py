@@ -254,6 +254,9 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)
 
 # --- Lark -----------------------------------------------------------------------------------
+# An event still being answered this long after a worker took it belongs to a worker that died:
+# the sweep (channels.lark_reclaim, every minute) takes it back. Longer than any turn can take.
+ETHAN_LARK_RECLAIM_SECONDS = _config.positive("ETHAN_LARK_RECLAIM_SECONDS", 600)
 # LARK_BASE_URL: https://open.larksuite.com (Lark) or https://open.feishu.cn (Feishu).
 LARK_APP_ID = _config.get("LARK_APP_ID", "", str)
 LARK_APP_SECRET = _config.get("LARK_APP_SECRET", "", str)

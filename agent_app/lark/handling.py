@@ -1,4 +1,15 @@
-"""Handling one stored Lark event: who said what, in which session, and the reply."""
+"""Handling one stored Lark event: who said what, in which session, and the reply; and taking
+back the events whose worker died while answering them (lark_events_reclaim).
+
+No message is left unanswered and none is answered twice: a worker claims an event with a
+conditional update (status received -> processing, claimed_at); the turn records the user
+message it stored on the event; the reply carries the event id as Lark's idempotency uuid, so
+Lark shows a second identical reply once only. An event still processing long after its claim
+(ETHAN_LARK_RECLAIM_SECONDS) is taken back by the periodic sweep, again with a conditional
+update (two sweepers never take the same event), and answered from where it stopped: the reply
+already stored is sent again (same uuid), or the stored question is answered again without
+being stored twice, or, if nothing was stored, the event is handled from the start.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +19,15 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from agent_app.turn import TurnFailed, TurnInputError, turn_run
-from sessions_app.models import ChatSession
+from agent_app.turn import Done, Failed, TurnInputError, turn_plan, turn_start
+from sessions_app.models import ChatSession, Message
 from sessions_app.services import SessionBusy
 
 log = logging.getLogger(__name__)
@@ -87,11 +99,37 @@ def _finish(event: LarkEvent, status: str, note: str = "") -> str:
 def lark_event_handle(*, event_pk: int) -> str:
     """Claim the event (only one worker ever handles it), then answer it."""
     claimed = LarkEvent.objects.filter(pk=event_pk, status=LarkEvent.Status.RECEIVED).update(
-        status=LarkEvent.Status.PROCESSING
+        status=LarkEvent.Status.PROCESSING, claimed_at=timezone.now()
     )
     if claimed != 1:
         return "already handled"
-    event = LarkEvent.objects.get(pk=event_pk)
+    return _handle(LarkEvent.objects.get(pk=event_pk))
+
+
+def lark_events_reclaim(*, older_than_seconds: float | None = None) -> list[str]:
+    """Take back the events left processing past ETHAN_LARK_RECLAIM_SECONDS (their worker died)
+    and answer them; returns what became of each. Each is claimed again by a conditional update
+    on the claim time it was read with, so of two sweepers only one takes it."""
+    if older_than_seconds is None:
+        older_than_seconds = settings.ETHAN_LARK_RECLAIM_SECONDS
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    stale = LarkEvent.objects.filter(status=LarkEvent.Status.PROCESSING).filter(
+        Q(claimed_at__lt=cutoff) | Q(claimed_at=None, received_at__lt=cutoff)
+    )
+    outcomes = []
+    for pk, claimed_at in list(stale.values_list("pk", "claimed_at")):
+        taken = LarkEvent.objects.filter(
+            pk=pk, status=LarkEvent.Status.PROCESSING, claimed_at=claimed_at
+        ).update(claimed_at=timezone.now())
+        if taken == 1:
+            event = LarkEvent.objects.get(pk=pk)
+            log.warning("lark event %s: taken back from a worker that stopped", event.event_id)
+            outcomes.append(_handle(event))
+    return outcomes
+
+
+def _handle(event: LarkEvent) -> str:
+    """Answer a claimed event; a retaken one from where its first worker stopped."""
     payload = event.payload
     if event.event_type != "im.message.receive_v1":
         return _finish(event, LarkEvent.Status.IGNORED, f"event type {event.event_type!r}")
@@ -115,8 +153,13 @@ def lark_event_handle(*, event_pk: int) -> str:
             reply = ONLY_TEXT
         else:
             reply = _answer(
-                user=identity_user(open_id), chat_id=message.get("chat_id", open_id), text=text
+                event=event,
+                user=identity_user(open_id),
+                chat_id=message.get("chat_id", open_id),
+                text=text,
             )
+        if reply is None:
+            return _finish(event, LarkEvent.Status.DONE, "a newer message was answered instead")
         client.reply(message_id=message["message_id"], text=reply, idempotency_key=event.event_id)
     except LarkError as exc:
         log.error("lark event %s: the reply failed: %s", event.event_id, exc)
@@ -124,10 +167,32 @@ def lark_event_handle(*, event_pk: int) -> str:
     return _finish(event, LarkEvent.Status.DONE)
 
 
-def _answer(*, user, chat_id: str, text: str) -> str:
-    session = chat_session(user=user, chat_id=chat_id)
+def _answer(*, event: LarkEvent, user, chat_id: str, text: str) -> str | None:
+    """The reply to the event's text. For a retaken event whose question is stored: the reply
+    stored after it, or the question answered again; None when the person has written since
+    (their newer message is what gets answered)."""
+    again = False
+    if event.question_id is not None:
+        question = Message.objects.select_related("session").get(pk=event.question_id)
+        stored = _reply_to(question)
+        if stored is not None:
+            return stored
+        latest = (
+            Message.objects.filter(session=question.session_id, role=Message.Role.USER)
+            .order_by("-seq")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if latest != question.pk:
+            return None
+        session, again, text = question.session, True, question.content
+    else:
+        session = chat_session(user=user, chat_id=chat_id)
     try:
-        result = turn_run(owner=user, session=session, text=text, channel=ChatSession.Channel.LARK)
+        plan = turn_plan(
+            owner=user, session=session, text=text, channel=ChatSession.Channel.LARK, again=again
+        )
+        turn = turn_start(plan)
     except TurnInputError as exc:
         return f"无法处理这条消息 / I cannot take that message: {exc}"
     except SessionBusy:
@@ -135,15 +200,38 @@ def _answer(*, user, chat_id: str, text: str) -> str:
         # stored, so the person sends it again (the chat keeps its session).
         log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
         return SESSION_BUSY
-    except TurnFailed as exc:
-        # The message is stored; the person is told to send it again (no automatic re-run,
-        # which would store it twice).
-        log.error("lark turn failed: %s", exc)
-        ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
-            session=exc.session, updated_at=timezone.now()
+    if not again:
+        # Recorded before the model is called: if this worker dies now, the sweep finds the
+        # question stored and never stores it twice.
+        question_id = (
+            Message.objects.filter(session=turn.session, role=Message.Role.USER)
+            .order_by("-seq")
+            .values_list("pk", flat=True)
+            .first()
         )
-        return MODEL_DOWN
+        LarkEvent.objects.filter(pk=event.pk).update(question=question_id)
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
-        session=result.session, updated_at=timezone.now()
+        session=turn.session, updated_at=timezone.now()
     )
-    return result.reply or "…"
+    for turn_event in turn:
+        if isinstance(turn_event, Failed):
+            # The message is stored; the person is told to send it again (no automatic
+            # re-run, which would answer a message they may have given up on).
+            log.error("lark turn failed: %s", turn_event.detail)
+            return MODEL_DOWN
+        if isinstance(turn_event, Done):
+            return turn_event.reply or "…"
+    raise RuntimeError("a turn ended without done or error")
+
+
+def _reply_to(question: Message) -> str | None:
+    """The reply stored for a question: the last final assistant message of its round."""
+    after = Message.objects.filter(session=question.session_id, seq__gt=question.seq)
+    reply = None
+    rows = after.order_by("seq").values_list("role", "content", "tool_calls")[:200]
+    for role, content, calls in rows:
+        if role == Message.Role.USER:
+            break
+        if role == Message.Role.ASSISTANT and content and not calls:
+            reply = content
+    return reply

@@ -10,3 +10,11 @@ def handle_lark_event(event_pk: int) -> str:
     from agent_app.lark.handling import lark_event_handle
 
     return lark_event_handle(event_pk=event_pk)
+
+
+@ethan_task(name="channels.lark_reclaim")
+def reclaim_lark_events() -> int:
+    """Periodic (ethan_site.schedule): events whose worker died mid-answer are answered."""
+    from agent_app.lark.handling import lark_events_reclaim
+
+    return len(lark_events_reclaim())

@@ -182,3 +182,75 @@ def test_a_chat_keeps_its_session_until_idle(client, lark, settings):
 def test_unconfigured_lark_is_503(client, settings):
     settings.LARK_VERIFICATION_TOKEN = ""
     assert client.post("/lark/webhook", {}, content_type="application/json").status_code == 503
+
+
+# --- events whose worker died: taken back by the sweep ---------------------------------------
+
+
+def _stranded(event_id: str, text: str, *, minutes_ago: int = 30) -> LarkEvent:
+    """An event a worker claimed and then died on, `minutes_ago`."""
+    from datetime import timedelta
+
+    return LarkEvent.objects.create(
+        event_id=event_id,
+        event_type="im.message.receive_v1",
+        message_id=f"om_{event_id}",
+        payload=message_event(event_id, text),
+        status=LarkEvent.Status.PROCESSING,
+        claimed_at=timezone.now() - timedelta(minutes=minutes_ago),
+    )
+
+
+def test_an_event_stranded_before_its_turn_is_answered_by_the_sweep(lark, settings):
+    from agent_app.lark.handling import lark_events_reclaim
+
+    fresh = _stranded("ev-fresh", "still being answered", minutes_ago=1)
+    stranded = _stranded("ev-dead", "记住我喜欢喝美式咖啡")
+    assert lark_events_reclaim() == ["done"]  # the fresh one is left to its worker
+    [reply] = lark.replies
+    assert (reply["uuid"], reply["message_id"]) == ("ev-dead", "om_ev-dead")
+    stranded.refresh_from_db()
+    assert stranded.status == "done" and stranded.question.content == "记住我喜欢喝美式咖啡"
+    fresh.refresh_from_db()
+    assert fresh.status == "processing"
+    assert lark_events_reclaim() == []  # nothing left: never answered twice
+
+
+def test_a_stranded_question_is_answered_once_and_never_stored_twice(lark):
+    """The worker died after storing the question, before the reply: the sweep answers the
+    stored question; and when it died after the reply was stored (maybe sent), the sweep sends
+    that same reply with the same uuid, which Lark shows once."""
+    from agent_app.lark.handling import identity_user, lark_events_reclaim
+    from sessions_app import services
+
+    user = identity_user("ou_ada")
+    session = services.session_start(owner=user, channel="lark")
+    asked = services.message_append(session=session, role="user", content="你好")
+    stranded = _stranded("ev-asked", "你好")
+    LarkEvent.objects.filter(pk=stranded.pk).update(question=asked)
+    assert lark_events_reclaim() == ["done"]
+    assert list(session.messages.values_list("role", flat=True)) == ["user", "assistant"]
+    [reply] = lark.replies
+    answered = session.messages.get(role="assistant").content
+    assert json.loads(reply["content"]) == {"text": answered} and reply["uuid"] == "ev-asked"
+
+    # Died after its reply was stored and sent: sent again, shown once.
+    LarkEvent.objects.filter(pk=stranded.pk).delete()
+    again = _stranded("ev-asked-2", "你好")
+    LarkEvent.objects.filter(pk=again.pk).update(event_id="ev-asked", question=asked)
+    assert lark_events_reclaim() == ["done"]
+    assert len(lark.replies) == 1  # the same uuid: Lark drops the second
+    assert session.messages.count() == 2
+
+
+def test_two_sweepers_never_take_the_same_event(lark):
+    from agent_app.lark.handling import lark_events_reclaim
+
+    event = _stranded("ev-race", "hello")
+    claimed_at = event.claimed_at
+    # A second sweeper took it first (its claim moved claimed_at): ours matches nothing.
+    LarkEvent.objects.filter(pk=event.pk).update(claimed_at=timezone.now())
+    stale = LarkEvent.objects.filter(pk=event.pk, claimed_at=claimed_at)
+    assert not stale.exists()
+    assert lark_events_reclaim() == []
+    assert lark.replies == []

@@ -67,6 +67,7 @@ def test_response_is_sent_before_deferred_work(client):
 # Every task of the project, by the names the beat schedule, the routes and queued messages use.
 TASK_NAMES = {
     "channels.lark_event",
+    "channels.lark_reclaim",
     "episodes.write",
     "memory.catch_up",
     "memory.consolidate_session",
