@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Subquery
 from django.utils import timezone
 
 from episodes_app.models import Episode
@@ -51,10 +52,17 @@ def episodes_search(
         return []
     now = now or timezone.now()
     episodes = episodes_for_owner(owner=owner)
-    total = episodes.count()
+    # BM25's document count rides on the candidates' query (one round trip on every full-path
+    # turn, not two): the owner's episodes, the excluded session's included.
+    owner_total = episodes.order_by().values("owner").annotate(n=Count("pk")).values("n")[:1]
     if exclude_session_id:
         episodes = episodes.exclude(session_ref=exclude_session_id)
-    candidates = matching(episodes, terms).order_by("-timestamp", "-id")[:SEARCH_WINDOW]
+    candidates = list(
+        matching(episodes, terms)
+        .annotate(owner_total=Subquery(owner_total))
+        .order_by("-timestamp", "-id")[:SEARCH_WINDOW]
+    )
+    total = candidates[0].owner_total if candidates else 0
     scored = []
     for ranked in bm25(terms, ((e, e.search_tokens) for e in candidates), total):
         score = ranked.score

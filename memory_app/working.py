@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Subquery
 
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
@@ -89,23 +90,20 @@ def summary_block(*, session: ChatSession, rolling: str, extracted_through: int 
 
 
 def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessage]:
-    """Rounds first..the session's last, as rounds_messages gives them. Two queries, both
-    counted from the newest message: rounds_messages finds round `first` by an OFFSET of
-    first - 1 user messages, which walks the whole history (about 30 ms a turn at 100,000
-    messages on SQLite, bench.turn_overhead); walking back over the verbatim rounds only
-    costs the same at any history size."""
+    """Rounds first..the session's last, as rounds_messages gives them. One query, counted
+    from the newest message: rounds_messages finds round `first` by an OFFSET of first - 1
+    user messages, which walks the whole history (about 30 ms a turn at 100,000 messages on
+    SQLite, bench.turn_overhead); walking back over the verbatim rounds only costs the same at
+    any history size. Where they start is a subquery of the same statement."""
     count = session.round_count - first + 1
     if count < 1:
         return []
-    newest_first = (
+    start = (
         Message.objects.filter(session=session, role=Message.Role.USER)
         .order_by("-seq")
-        .values_list("seq", flat=True)
+        .values("seq")[count - 1 : count]
     )
-    start = next(iter(newest_first[count - 1 : count]), None)
-    if start is None:
-        return []
-    rows = Message.objects.filter(session=session, seq__gte=start).order_by("seq")
+    rows = Message.objects.filter(session=session, seq__gte=Subquery(start)).order_by("seq")
     return conversation(rows.values_list("role", "content", "tool_calls"))
 
 

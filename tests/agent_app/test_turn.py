@@ -133,9 +133,9 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
     )
     Summary.objects.create(session=session, first_round=1, last_round=1, text="s", model="m")
     # procedures, facts, profile sections; then the working state, the promoted facts, the
-    # warm summaries, the round boundaries and the verbatim messages. (Marking the injected
-    # facts is the turn's own step: one UPDATE more.)
-    with django_assert_num_queries(8):
+    # warm summaries and the verbatim messages (where they start is a subquery of theirs).
+    # (Marking the injected facts is the turn's own step: one UPDATE more.)
+    with django_assert_num_queries(7):
         build_system(owner=owner, mode="work", path="full")
         build_context(session=session)
 
