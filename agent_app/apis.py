@@ -262,7 +262,8 @@ class ContextApi(APIView):
             session = session_services.session_start(
                 owner=request.user, mode=plan.mode, channel=ChatSession.Channel.API
             )
-        system, context = turn_prompt(plan=plan, session=session, stored=False)
+        prompt = turn_prompt(plan=plan, session=session, stored=False)
+        system, context = prompt.system, prompt.context
         return Response(
             {
                 "path": plan.path,

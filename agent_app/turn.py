@@ -38,7 +38,7 @@ from ethan_site.queue import enqueue
 from llm.types import ToolCall
 from memory_app import services as memory_services
 from memory_app.tasks import consolidate_session
-from memory_app.working import build_context
+from memory_app.working import consolidation_due, context_assemble, context_parts
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
 
@@ -330,11 +330,18 @@ def _release(session: ChatSession | None, token: str) -> None:
         log.error("session %s: could not release the turn's claim: %s", session.pk, exc)
 
 
-def turn_prompt(
-    *, plan: TurnPlan, session: ChatSession, stored: bool
-) -> tuple[SystemPrompt, list[llm.Message]]:
+@dataclass(frozen=True)
+class TurnPrompt:
+    system: SystemPrompt
+    context: list[llm.Message]
+    # The consolidator has work on this session (decided from what the prompt read).
+    consolidation_due: bool = False
+
+
+def turn_prompt(*, plan: TurnPlan, session: ChatSession, stored: bool) -> TurnPrompt:
     """The system prompt and the context of a turn: the same code for the turn (its message
     `stored` already) and for GET /api/context (not stored: a preview that marks nothing)."""
+    parts = context_parts(session=session, current_input=None if stored else plan.text)
     system = build_system(
         owner=plan.owner,
         mode=plan.mode,
@@ -342,36 +349,48 @@ def turn_prompt(
         text=plan.text,
         session_id=session.pk if session.is_persisted else None,
         # Relevance looks at the person's previous message too.
-        previous=_user_message(session, skip=1 if stored else 0),
+        previous=_previous_question(session, parts.rounds),
         instructions=plan.instructions,
     )
-    context = build_context(
-        session=session,
-        current_input=None if stored else plan.text,
-        # Facts already in <memory_context> are not repeated in the long-term block.
-        exclude_fact_ids=[fact.pk for fact in system.facts],
+    # Facts already in <memory_context> are not repeated in the long-term block.
+    context = context_assemble(
+        session=session, parts=parts, exclude_fact_ids=[fact.pk for fact in system.facts]
     )
-    return system, context
+    due = stored and consolidation_due(session=session, state=parts.state)
+    return TurnPrompt(system=system, context=context, consolidation_due=due)
 
 
-def _user_message(session: ChatSession, skip: int) -> str:
-    """The session's latest user message (`skip` = 1: the one before it)."""
-    if not session.is_persisted:
+def _previous_question(session: ChatSession, rounds: list[llm.Message]) -> str:
+    """The person's message before the current one: from the verbatim rounds already read when
+    it is among them (it is, unless the hot zone is a single round), else from the database."""
+    questions = [m.content for m in rounds if m.role == Message.Role.USER]
+    if len(questions) >= 2:
+        return questions[-2]
+    if not session.is_persisted or session.round_count < 2:
         return ""
     earlier = (
         Message.objects.filter(session=session, role=Message.Role.USER)
         .order_by("-seq")
-        .values_list("content", flat=True)[skip : skip + 1]
+        .values_list("content", flat=True)[1:2]
     )
     return next(iter(earlier), "")
 
 
+@dataclass
+class _Progress:
+    """What the turn learnt on its way that its end needs: whether to queue consolidation
+    (unknown until the prompt is read: then queued, as a failing database may hide it)."""
+
+    consolidation_due: bool = True
+
+
 def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEvent]:
     released = False
+    progress = _Progress()
     try:
         yield Started(session_id=session.pk, path=plan.path, model=plan.model)
         try:
-            last = yield from _answer(plan, session)
+            last = yield from _answer(plan, session, progress)
         except llm.ModelError as exc:
             unavailable = isinstance(exc, llm.ModelUnavailable)
             last = Failed(
@@ -390,11 +409,12 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
                 session_id=session.pk,
             )
         # All of the turn's work is done before its last event, which a consumer may stop at:
-        # consolidation is queued (after the reply or the failure: the stored message still
-        # counts as a round, and if the compression model is down too the task's retries
-        # catch up), on a worker once this commits, or in-process after the reply (embedded
-        # mode); and the session is given back for the next turn.
-        enqueue(consolidate_session, session.pk)
+        # consolidation is queued when it has work (after the reply or the failure: the stored
+        # message still counts as a round, and if the compression model is down too the task's
+        # retries catch up), on a worker once this commits, or in-process after the reply
+        # (embedded mode); and the session is given back for the next turn.
+        if progress.consolidation_due:
+            enqueue(consolidate_session, session.pk)
         _release(session, token)
         released = True
         yield last
@@ -403,11 +423,15 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
             _release(session, token)
 
 
-def _answer(plan: TurnPlan, session: ChatSession) -> Generator[TurnEvent, None, Done]:
+def _answer(
+    plan: TurnPlan, session: ChatSession, progress: _Progress
+) -> Generator[TurnEvent, None, Done]:
     """The model's side: prompt, context, and the tool loop, streamed; returns the Done event
     (the reply is stored by then)."""
     path_settings = SETTINGS[plan.path]
-    system, context = turn_prompt(plan=plan, session=session, stored=True)
+    prompt = turn_prompt(plan=plan, session=session, stored=True)
+    system, context = prompt.system, prompt.context
+    progress.consolidation_due = prompt.consolidation_due
     if plan.again:
         # The question is the last round's; its earlier reply is not part of the new answer's
         # context (it stays stored; the new reply supersedes it, sessions_app.rounds).

@@ -4,12 +4,16 @@ build_context), with one MemoryConfig for the console, the API and Lark."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import Subquery
 
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
+
+if TYPE_CHECKING:
+    from memory_app.models import WorkingState
 from sessions_app.rounds import conversation
 
 LONG_TERM_LABEL = "[长期记忆]"
@@ -107,25 +111,47 @@ def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessa
     return conversation(rows.values_list("role", "content", "tool_calls"))
 
 
-def build_context(
+@dataclass(frozen=True)
+class ContextParts:
+    """What the context of a turn is made of, read once: the session's working state (None
+    before its first consolidation) and the verbatim rounds (the current input last)."""
+
+    state: WorkingState | None
+    rounds: list[LLMMessage]
+
+
+def context_parts(
     *,
     session: ChatSession,
     config: MemoryConfig | None = None,
-    exclude_fact_ids=(),
     current_input: str | None = None,
-) -> list[LLMMessage]:
-    """[user "[长期记忆]\\n…", assistant "好的。", user "[对话摘要]\\n…", assistant "好的。",
-    the verbatim rounds…, the current input]. A block with nothing in it is left out together
-    with its 好的。 Five queries at most, whatever the history size.
-
+) -> ContextParts:
+    """The working state and the verbatim rounds: two queries, whatever the history size.
     The current input is the session's last user message, already stored by the turn; a
     preview (GET /api/context) passes `current_input` instead, and nothing is stored."""
     from memory_app.models import WorkingState
 
     config = config or memory_config()
     state = WorkingState.objects.filter(session=session).first() if session.is_persisted else None
+    compressed = state.compressed_through if state is not None else 0
+    stored_rounds = session.round_count if session.is_persisted else 0
+    rounds = stored_rounds + (1 if current_input is not None else 0)
+    first = verbatim_from(round_count=rounds, compressed_through=compressed, config=config)
+    verbatim = latest_rounds_messages(session=session, first=first) if stored_rounds else []
+    if current_input is not None:
+        verbatim.append(LLMMessage.user(current_input))
+    return ContextParts(state=state, rounds=verbatim)
+
+
+def context_assemble(
+    *, session: ChatSession, parts: ContextParts, exclude_fact_ids=()
+) -> list[LLMMessage]:
+    """[user "[长期记忆]\\n…", assistant "好的。", user "[对话摘要]\\n…", assistant "好的。",
+    the verbatim rounds…]. A block with nothing in it is left out together with its 好的。
+    Two queries more once the session has a working state (its promoted facts, its warm
+    summaries)."""
     long_term = summary = ""
-    compressed = 0
+    state = parts.state
     if state is not None:
         long_term = long_term_block(session=session, exclude_fact_ids=exclude_fact_ids)
         summary = summary_block(
@@ -133,17 +159,39 @@ def build_context(
             rolling=state.rolling_summary,
             extracted_through=state.extracted_through,
         )
-        compressed = state.compressed_through
     context: list[LLMMessage] = []
     for label, text in ((LONG_TERM_LABEL, long_term), (SUMMARY_LABEL, summary)):
         if text.strip():
             context.append(LLMMessage.user(f"{label}\n{text.strip()}"))
             context.append(LLMMessage.assistant(ACKNOWLEDGE))
-    stored_rounds = session.round_count if session.is_persisted else 0
-    rounds = stored_rounds + (1 if current_input is not None else 0)
-    first = verbatim_from(round_count=rounds, compressed_through=compressed, config=config)
-    if stored_rounds:
-        context.extend(latest_rounds_messages(session=session, first=first))
-    if current_input is not None:
-        context.append(LLMMessage.user(current_input))
-    return context
+    return context + parts.rounds
+
+
+def build_context(
+    *,
+    session: ChatSession,
+    config: MemoryConfig | None = None,
+    exclude_fact_ids=(),
+    current_input: str | None = None,
+) -> list[LLMMessage]:
+    """The design's build_context: the long-term and summary blocks, then the verbatim rounds
+    and the current input (context_parts, then context_assemble). Four queries at most,
+    whatever the history size."""
+    parts = context_parts(session=session, config=config, current_input=current_input)
+    return context_assemble(session=session, parts=parts, exclude_fact_ids=exclude_fact_ids)
+
+
+def consolidation_due(
+    *, session: ChatSession, state: WorkingState | None, config: MemoryConfig | None = None
+) -> bool:
+    """Whether the consolidator has work on this session now (a batch left the hot zone, or the
+    warm zone is full), from what the turn has read already: no query, and no task queued for
+    nothing. What is missed (a worker down) the catch-up sweep finds."""
+    config = config or memory_config()
+    compressed = state.compressed_through if state is not None else 0
+    extracted = state.extracted_through if state is not None else 0
+    left_hot = session.round_count - config.hot_size
+    return (
+        left_hot - compressed >= config.compress_batch
+        or compressed - extracted >= config.warm_capacity
+    )
