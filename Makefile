@@ -31,9 +31,11 @@ $(STAMP): pyproject.toml
 migrate: install
 	$(PY) manage.py migrate --noinput
 
-# The console on the embedded default: SQLite under $ETHAN_HOME (~/.ethan), no broker.
-chat: migrate
-	$(VENV)/bin/ethan $(ARGS)
+# The console on the embedded default: SQLite under $ETHAN_HOME (~/.ethan), no broker. `ethan`
+# migrates that database itself, saying only "Preparing the database…" while it does (a shared
+# PostgreSQL is its operator's: `make migrate`).
+chat: install
+	@$(VENV)/bin/ethan $(ARGS)
 
 # The whole suite on SQLite with no broker and no network (the tests that need PostgreSQL,
 # Redis, a worker or Chromium are deselected: they run in test-services).

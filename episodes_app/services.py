@@ -22,6 +22,11 @@ MIN_ROUNDS = 2
 SUMMARY_ROUNDS = 40
 
 
+def episode_search_tokens(summary: str, keywords: list[str]) -> str:
+    """An episode is found by its summary and its keywords (written here and by an import)."""
+    return search_tokens(f"{summary} {' '.join(keywords)}")
+
+
 def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode | None:
     """Write (or, for a resumed session that grew, update) the session's episode. Sessions with
     fewer than two rounds have none. The summary comes from the compression model, reading the
@@ -46,7 +51,7 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
             "session": session,
             "summary": summary,
             "keywords": (keywords := keywords_for([*said, summary])),
-            "search_tokens": search_tokens(f"{summary} {' '.join(keywords)}"),
+            "search_tokens": episode_search_tokens(summary, keywords),
             "model": model,
             "turn_count": session.round_count,
             "timestamp": session.ended_at or timezone.now(),

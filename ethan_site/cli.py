@@ -49,6 +49,10 @@ def _migrate_embedded() -> None:
         return
     executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        # One line on a fresh home (stderr: stdout may be piped, `ethan export > …`), rather
+        # than a line per migration: they are an implementation detail, not the person's work.
+        sys.stderr.write("Preparing the database…\n")
+        sys.stderr.flush()
         call_command("migrate", interactive=False, verbosity=0)
 
 

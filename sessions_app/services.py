@@ -38,6 +38,29 @@ class SessionBusy(Exception):
         super().__init__(f"session {session_id} is still answering an earlier message")
 
 
+# The turns whose words a message's search tokens carry: what the person and the assistant said
+# (tool traffic has none of its own).
+SPOKEN = (Message.Role.USER, Message.Role.ASSISTANT)
+
+
+def message_opens_round(role: str) -> bool:
+    """A user message opens a round: ChatSession.round_count counts them, last_seq all
+    messages (the derived counters of a session, kept by message_append and by an import)."""
+    return role == Message.Role.USER
+
+
+def message_search_tokens(*, role: str, content: str, previous: str) -> tuple[str, str]:
+    """The search tokens of a message appended after `previous` (the content of the session's
+    last spoken turn before it, "" when there is none), and the tokens that previous turn
+    gains. A spoken turn carries its neighbours' words (sessions_app.search.with_context): the
+    previous turn's when it is appended, the next turn's when that one comes. message_append
+    and the bulk import (sessions_app.files) both derive the column here."""
+    if role not in SPOKEN:
+        return "", ""
+    own = search_tokens(content)
+    return with_context(own, previous), own.lstrip()
+
+
 def title_from(text: str) -> str:
     """The first 40 characters of a message, whitespace collapsed (Chinese counts per character)."""
     return " ".join(text.split())[:TITLE_LENGTH]
@@ -134,7 +157,7 @@ def message_append(
     # Claim the next seq. The UPDATE takes the session row's write lock until commit, so
     # concurrent appends to one session queue here and each reads the seq it just wrote; a
     # rolled-back append gives its seq back, so seqs stay gap-free.
-    is_round = int(role == Message.Role.USER)
+    is_round = int(message_opens_round(role))
     ChatSession.objects.filter(pk=session.pk).update(
         last_seq=F("last_seq") + 1, round_count=F("round_count") + is_round, updated_at=now
     )
@@ -142,25 +165,22 @@ def message_append(
         "last_seq", "round_count"
     ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
-    if role in (Message.Role.USER, Message.Role.ASSISTANT):
-        # Search tokens carry the neighbouring turns (sessions_app.search.with_context): this
-        # message gets the previous turn's words, and the previous turn gets this one's.
+    if role in SPOKEN:
+        # Search tokens carry the neighbouring turns (message_search_tokens): this message
+        # gets the previous turn's words, and the previous turn gets this one's.
         previous = (
-            Message.objects.filter(
-                session=session,
-                seq__lt=message.seq,
-                role__in=[Message.Role.USER, Message.Role.ASSISTANT],
-            )
+            Message.objects.filter(session=session, seq__lt=message.seq, role__in=SPOKEN)
             .exclude(content="")
             .order_by("-seq")
             .values_list("pk", "content")
             .first()
         )
-        own = search_tokens(content)
-        message.search_tokens = with_context(own, previous[1] if previous else "")
-        if previous and own:
+        message.search_tokens, gained = message_search_tokens(
+            role=role, content=content, previous=previous[1] if previous else ""
+        )
+        if previous and gained:
             Message.objects.filter(pk=previous[0]).update(
-                search_tokens=Concat(F("search_tokens"), Value(own.lstrip()))
+                search_tokens=Concat(F("search_tokens"), Value(gained))
             )
     message.save(force_insert=True)
     session.last_seq = message.seq

@@ -24,8 +24,16 @@ PACKAGES = (
 )
 
 # ethan_site is two things: the composition root (settings, urls, celery, wsgi… which import the
-# apps) and a few modules of shared infrastructure that any layer may use.
-SHARED = {"ethan_site.api", "ethan_site.limits", "ethan_site.queue", "ethan_site.throttles"}
+# apps) and a few modules of shared infrastructure that any layer may use. ethan_site.layout:
+# every layer app reads and writes its own part of the ~/.ethan file layout (<app>/files.py),
+# and they share its error (file and place named) and its few value helpers.
+SHARED = {
+    "ethan_site.api",
+    "ethan_site.layout",
+    "ethan_site.limits",
+    "ethan_site.queue",
+    "ethan_site.throttles",
+}
 
 # Which top-level package may import which at module level ("Imports point one way: agent_app →
 # the four layer apps → llm; memory_app may use sessions_app and profile_app; episodes_app may

@@ -1,13 +1,39 @@
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from agent_app.transfer import LayoutError, layout_import, layout_read, text_progress
+from agent_app.transfer import LayoutError, layout_import, layout_read
 from sessions_app.services import local_user_get_or_create
+
+
+@contextmanager
+def message_progress(stream: TextIO) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar of the messages written, on `stream` when it is a terminal (none when
+    the output goes to a file or a pipe)."""
+    if not stream.isatty():
+        yield None
+        return
+    columns = (
+        TextColumn("  messages"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=Console(file=stream)) as bar:
+        task = bar.add_task("messages", total=None)
+
+        def show(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield show
 
 
 class Command(BaseCommand):
@@ -39,12 +65,10 @@ class Command(BaseCommand):
             raise CommandError(f"nothing imported: {home}/{exc}") from None
         owner = local_user_get_or_create(username=options["user"])
         try:
-            report = layout_import(
-                owner=owner,
-                layout=layout,
-                dry_run=options["dry_run"],
-                progress=text_progress(self.stderr._out),
-            )
+            with message_progress(self.stderr._out) as progress:
+                report = layout_import(
+                    owner=owner, layout=layout, dry_run=options["dry_run"], progress=progress
+                )
         except LayoutError as exc:
             raise CommandError(f"nothing imported: {exc}") from None
         for note in layout.notes:
