@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
@@ -119,7 +119,6 @@ def _session_insert(session: ChatSession) -> None:
     raise IntegrityError(f"could not find a free session id after {ID_ATTEMPTS} attempts")
 
 
-@transaction.atomic
 def message_append(
     *,
     session: ChatSession,
@@ -145,7 +144,18 @@ def message_append(
     message.full_clean(
         exclude=["session", "seq"], validate_unique=False, validate_constraints=False
     )
+    # Inside a caller's transaction (the turn's claim and question, a tool step) the append
+    # is part of it: no savepoint of its own (two statements fewer per append), and a
+    # database error undoes the whole of the caller's transaction, which every caller wants.
+    # The refusals above come first, outside it: they leave a caller's transaction usable.
+    with transaction.atomic(savepoint=False):
+        return _message_write(session=session, message=message, now=now)
 
+
+def _message_write(*, session: ChatSession, message: Message, now) -> Message:
+    """The writes of message_append: the session row for its first message, the next seq,
+    the search tokens (this message's and its predecessor's), the message."""
+    role, content = message.role, message.content
     if not session.is_persisted:
         if role == Message.Role.USER:
             session.title = title_from(content)
@@ -157,13 +167,9 @@ def message_append(
     # Claim the next seq. The UPDATE takes the session row's write lock until commit, so
     # concurrent appends to one session queue here and each reads the seq it just wrote; a
     # rolled-back append gives its seq back, so seqs stay gap-free.
-    is_round = int(message_opens_round(role))
-    ChatSession.objects.filter(pk=session.pk).update(
-        last_seq=F("last_seq") + 1, round_count=F("round_count") + is_round, updated_at=now
+    message.seq, session.round_count = _next_seq(
+        session=session, is_round=message_opens_round(role), now=now
     )
-    message.seq, session.round_count = ChatSession.objects.values_list(
-        "last_seq", "round_count"
-    ).get(pk=session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
     if role in SPOKEN:
         # Search tokens carry the neighbouring turns (message_search_tokens): this message
@@ -186,6 +192,26 @@ def message_append(
     session.last_seq = message.seq
     session.updated_at = now
     return message
+
+
+def _next_seq(*, session: ChatSession, is_round: bool, now) -> tuple[int, int]:
+    """Claim the session's next seq (and count a round) in one statement: UPDATE … RETURNING
+    (SQLite 3.35+, PostgreSQL), the new last_seq and round_count."""
+    table = ChatSession._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + 1, round_count = round_count + %s, "
+            "updated_at = %s WHERE id = %s RETURNING last_seq, round_count",
+            [
+                int(is_round),
+                ChatSession._meta.get_field("updated_at").get_db_prep_value(now, connection),
+                session.pk,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise ChatSession.DoesNotExist(f"session {session.pk} does not exist")
+    return row[0], row[1]
 
 
 def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_seconds: float) -> str:
