@@ -140,6 +140,45 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
         build_context(session=session)
 
 
+@pytest.mark.parametrize("rounds", [4, 400])
+def test_a_whole_turn_costs_the_same_queries_at_any_history_size(
+    owner, rounds, llm_config, django_assert_num_queries
+):
+    """A full-path turn with real text, the offline model, a profile, facts, an episode to
+    recall and a session that has consolidated: the same count at every size (issue target
+    12; where the rest go is in docs/benchmarks.md, "Turn queries")."""
+    from episodes_app.models import Episode
+
+    session = _history(owner, rounds)
+    ChatSession.objects.filter(pk=session.pk).update(model="offline")  # an ongoing session
+    session.refresh_from_db()
+    for n in range(20):
+        fact(owner, f"用户喜欢第{n}种咖啡", 0.9)
+    ProfileSection.objects.create(owner=owner, key="goals", content="- 学会做手冲咖啡")
+    Episode.objects.create(
+        owner=owner,
+        session_ref="s_old",
+        summary="聊了咖啡豆",
+        keywords=["咖啡"],
+        search_tokens=" 咖啡 咖啡豆 ",
+        turn_count=3,
+    )
+    WorkingState.objects.create(session=session, compressed_through=rounds // 2)
+    # The question (claim; seq UPDATE … RETURNING; the previous turn's tokens: SELECT,
+    # UPDATE; INSERT), the prompt and context (working state, verbatim rounds, procedures,
+    # facts, profile, episodes, promoted facts, warm summaries; marking the injected facts),
+    # the reply (seq, the previous turn's tokens, INSERT) and the claim given back: 19, plus
+    # the SAVEPOINT and RELEASE that the question's transaction is inside the test's.
+    with django_assert_num_queries(21):
+        turn_run(
+            owner=owner,
+            session=session,
+            text="我喜欢什么咖啡？我们之前聊过咖啡豆吗",
+            model="offline",
+            path="full",
+        )
+
+
 def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
     settings.ETHAN_MEMORY_HOT_SIZE = 2
     session = _history(owner, 4)
