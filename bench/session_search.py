@@ -97,8 +97,9 @@ def fill(messages: int, per_session: int = 10):
         with connection.cursor() as cursor:
             raw = cursor.cursor  # psycopg 3: COPY is on the driver's cursor
             with raw.copy(
+                # Every NOT NULL column: COPY fills no Django default (turn_claim came later).
                 "COPY sessions_app_chatsession (id, owner_id, title, model, mode, channel, "
-                "last_seq, round_count, created_at, updated_at) FROM STDIN"
+                "last_seq, round_count, turn_claim, created_at, updated_at) FROM STDIN"
             ) as copy:
                 for session_id, title, _messages in _rows(messages, per_session):
                     copy.write_row(
@@ -111,17 +112,18 @@ def fill(messages: int, per_session: int = 10):
                             "console",
                             per_session,
                             per_session // 2,
+                            "",
                             now,
                             now,
                         )
                     )
             with raw.copy(
                 "COPY sessions_app_message (session_id, seq, role, content, tool_call_id, "
-                "search_tokens, created_at) FROM STDIN"
+                "interrupted, search_tokens, created_at) FROM STDIN"
             ) as copy:
                 for session_id, _title, rows in _rows(messages, per_session):
                     for seq, role, text, tokens in rows:
-                        copy.write_row((session_id, seq, role, text, "", tokens, now))
+                        copy.write_row((session_id, seq, role, text, "", False, tokens, now))
             # Fresh statistics and the GIN pending list merged, as autovacuum would leave a
             # database that has had time to settle. Without statistics the planner took 14
             # sessions and 26 matches for LIKE '%钢琴%' and joined them by a nested loop over
