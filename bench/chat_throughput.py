@@ -1,17 +1,31 @@
 """Chat throughput: POST /api/chat (the offline model) under gunicorn, in requests per second,
-against a bare authenticated DRF endpoint of the same app in the same run.
+against the least a turn must do and a bare endpoint, all in one run.
 
-Both are driven by the same client (threads, one keep-alive connection each), at the same
-concurrency, for the same time, against the same gunicorn. Each client thread chats on a session
-of its own, created by its first request. Consolidation goes to a real Celery worker through
-Redis, as deployed. The bare endpoint (bench/urls.py) exists only under bench.settings.
+Three endpoints of the same app, served by the same gunicorn:
+- POST /api/chat, the product's turn (the offline model answers);
+- POST /bench/minimal-turn, the minimal turn (bench/urls.py): the question stored, the hot
+  rounds, summaries, injected facts, rules and profile read, a fixed reply stored, by hand in
+  as few statements as the database allows; the yardstick: target /api/chat >= 0.5× its rate;
+- POST /bench/bare, an authenticated, throttled DRF endpoint that does nothing.
+The two bench endpoints exist only under bench.settings.
 
-    python -m bench.chat_throughput --quick --no-record     # 5 s per endpoint
-    python -m bench.chat_throughput                         # 20 s per endpoint, concurrency 8
+The same client (threads, one keep-alive connection each) drives all three at the same
+concurrency, in slices: every round runs each endpoint for `seconds / rounds`, the order
+rotating by one each round, so whatever else the machine does (other benchmarks, the
+consolidation the chat leaves to the worker) falls on all of them alike. Each client thread
+keeps one session per turn endpoint for the whole run (its first turn starts it). Then the
+queries per turn of both turns are counted in-process, as bench.turn_overhead counts them
+(CaptureQueriesContext around turn_run, and around bench.urls.minimal_turn).
+
+    python -m bench.chat_throughput --quick --no-record     # 2 rounds, 3 s per endpoint each
+    python -m bench.chat_throughput                         # 4 rounds of 5 s, concurrency 8
+    python -m bench.chat_throughput --database sqlite       # SQLite, embedded mode (no broker)
     python -m bench.chat_throughput --profile 50            # then 50 in-process turns, cProfile
 
-Needs PostgreSQL and Redis on 127.0.0.1 (database ethan_bench_http is dropped and re-created;
-Redis database 13 is flushed).
+PostgreSQL (the default) needs PostgreSQL and Redis on 127.0.0.1: database ethan_bench_http is
+dropped and re-created, Redis database 13 flushed, and consolidation goes to a real Celery
+worker, as deployed. SQLite runs gunicorn alone on a throwaway home, embedded mode (the
+consolidation runs in the web worker after each answer).
 """
 
 from __future__ import annotations
@@ -20,10 +34,12 @@ import argparse
 import cProfile
 import io
 import json
+import os
 import pstats
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from bench.common import append_results, command_line, percentile
 from bench.server import (
@@ -32,14 +48,15 @@ from bench.server import (
     Sample,
     add_gunicorn_arguments,
     cpu_note,
-    cpu_used,
+    cpu_readings,
+    cpu_spent,
     fixed,
     gunicorn_from_args,
     load,
     statuses,
 )
 
-TARGET_RATIO = 0.5
+TARGET_RATIO = 0.5  # /api/chat against the minimal turn
 MESSAGES = (
     "plan the launch of the memory server",
     "I prefer short answers",
@@ -50,17 +67,36 @@ MESSAGES = (
 # Far above any rate the bench reaches: the per-user throttle (600/min by default) would
 # otherwise answer 429, and the bench user is one user.
 API_RATE = "10000000/min"
+DATABASES = ("postgresql", "sqlite")
+FACTS = 200  # the bench user's active facts
+# (name, path, label): the order of the first round.
+ENDPOINTS = (
+    ("bare", "/bench/bare", "bare DRF endpoint"),
+    ("minimal", "/bench/minimal-turn", "minimal turn (bench)"),
+    ("chat", "/api/chat", "POST /api/chat"),
+)
 # The profile shows the project's own functions plus the two costs they are made of: queries
 # and enqueueing.
 PROFILE_FILTER = (
     r"(agent_app|memory_app|sessions_app|profile_app|episodes_app|/llm/"
     r"|django/db/models/query.py|celery/app/task.py)"
 )
+TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 
-def chat_requests(token: str) -> tuple:
-    """next_request for the chat: each thread's first message starts its session, the next
-    ones continue it (the session id comes back in the answer)."""
+def transaction_control(sql: str) -> bool:
+    """BEGIN, COMMIT, savepoints: logged by Django with the statements (and counted by
+    CaptureQueriesContext), round trips all the same."""
+    return sql.lstrip().upper().startswith(TRANSACTION_CONTROL)
+
+
+# --- the requests ----------------------------------------------------------------------------
+
+
+def turn_requests(token: str, path: str = "/api/chat", tag: str = "chat"):
+    """next_request for a turn endpoint: each thread's first message starts its session, the
+    next ones continue it (the session id comes back in the answer). Returns it and the
+    {thread: session id} it keeps, which outlives a slice: the next slice goes on with them."""
     sessions: dict[int, str] = {}
     counts: dict[int, int] = {}
     lock = threading.Lock()
@@ -75,7 +111,7 @@ def chat_requests(token: str) -> tuple:
         body = {"message": f"{MESSAGES[seq % len(MESSAGES)]} (#{seq})"}
         if thread in sessions:
             body["session_id"] = sessions[thread]
-        return Request("POST", "/api/chat", json.dumps(body).encode(), headers, tag="chat")
+        return Request("POST", path, json.dumps(body).encode(), headers, tag=tag)
 
     return next_request, sessions
 
@@ -91,24 +127,155 @@ def bare_requests(token: str):
     return next_request
 
 
-def measure(stack: BenchStack, concurrency: int, seconds: float, next_request) -> dict:
-    before = stack.cpu_seconds()
-    samples, wall = load(
-        base=stack.base_url, concurrency=concurrency, next_request=next_request, seconds=seconds
-    )
-    cpu = cpu_used(before, stack.cpu_seconds(), wall)
-    ok = [s.latency_ms for s in samples if s.status == 200]
-    return {
-        "requests": len(samples),
-        "ok": len(ok),
-        "statuses": statuses(samples),
-        "rps": len(ok) / wall,
-        "p50": percentile(ok, 0.5),
-        "p99": percentile(ok, 0.99),
-        "wall": wall,
-        "cpu": cpu,
-        "errors": [s.body[:200] for s in samples if s.status != 200][:3],
+# --- measuring -------------------------------------------------------------------------------
+
+
+def rotation(names: tuple[str, ...], rounds: int) -> list[tuple[str, ...]]:
+    """The order of each round: the first as given, then rotated by one each round."""
+    return [names[i % len(names) :] + names[: i % len(names)] for i in range(rounds)]
+
+
+@dataclass
+class Result:
+    """One endpoint's slices, added up."""
+
+    samples: list[Sample] = field(default_factory=list)
+    wall: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)
+    slices: list[float] = field(default_factory=list)  # requests/s of each slice
+
+    @property
+    def ok(self) -> list[float]:
+        return [s.latency_ms for s in self.samples if s.status == 200]
+
+    @property
+    def rps(self) -> float:
+        return len(self.ok) / self.wall if self.wall else 0.0
+
+    @property
+    def errors(self) -> list[bytes]:
+        return [s.body[:200] for s in self.samples if s.status != 200][:3]
+
+    def cpu_ms_per_request(self, name: str) -> float:
+        return self.cpu.get(name, 0.0) * 1000 / max(1, len(self.ok))
+
+    def cpu_text(self, cores: int) -> str:
+        """'gunicorn 2.5 s, celery 1.4 s, …, others on the machine 0.3 s (of 40 core-seconds)'."""
+        parts = [
+            f"{name} {value:.1f} s" for name, value in self.cpu.items() if name != "machine busy"
+        ]
+        ours = sum(value for name, value in self.cpu.items() if name != "machine busy")
+        others = max(0.0, self.cpu.get("machine busy", 0.0) - ours)
+        return (
+            f"{', '.join(parts)}, others on the machine {others:.1f} s "
+            f"(of {self.wall * cores:.1f} core-seconds)"
+        )
+
+
+def measure(
+    stack: BenchStack, *, token: str, concurrency: int, seconds: float, rounds: int
+) -> dict[str, Result]:
+    """Each endpoint for `seconds` in all, in `rounds` slices, the order rotating."""
+    turn_next = {
+        "minimal": turn_requests(token, "/bench/minimal-turn", "minimal")[0],
+        "chat": turn_requests(token, "/api/chat", "chat")[0],
+        "bare": bare_requests(token),
     }
+    results = {name: Result() for name, _, _ in ENDPOINTS}
+    for order in rotation(tuple(name for name, _, _ in ENDPOINTS), rounds):
+        for name in order:
+            result = results[name]
+            before = cpu_readings(stack)
+            samples, wall = load(
+                base=stack.base_url,
+                concurrency=concurrency,
+                next_request=turn_next[name],
+                seconds=seconds / rounds,
+            )
+            for key, value in cpu_spent(before, cpu_readings(stack)).items():
+                result.cpu[key] = result.cpu.get(key, 0.0) + value
+            result.samples.extend(samples)
+            result.wall += wall
+            result.slices.append(sum(1 for s in samples if s.status == 200) / wall)
+    return results
+
+
+def fill_memory(*, owner, facts: int = FACTS) -> None:
+    """What the prompt reads, so both turns have something to read: `facts` active facts
+    (bench.turn_overhead's templates, some sharing words with MESSAGES), and its rules,
+    written profile and past episodes (turn_overhead.fill_rest)."""
+    import random
+
+    from django.utils import timezone
+
+    from bench.turn_overhead import FACT_CATEGORIES, FACT_TEMPLATES, fill_rest
+    from memory_app.models import Fact
+    from memory_app.normalize import content_key
+    from memory_app.services import fact_search_tokens
+
+    rng = random.Random(5)
+    rows = []
+    for index in range(facts):
+        content = FACT_TEMPLATES[index % len(FACT_TEMPLATES)].format(n=index + 1)
+        rows.append(
+            Fact(
+                owner=owner,
+                content=content,
+                content_key=content_key(content),
+                search_tokens=fact_search_tokens(content, None),
+                category=FACT_CATEGORIES[index % len(FACT_CATEGORIES)],
+                confidence=round(rng.uniform(0.5, 0.95), 2),
+                source=Fact.Source.API,
+            )
+        )
+    Fact.objects.bulk_create(rows)
+    fill_rest(owner=owner, now=timezone.now(), rng=rng)
+
+
+def count_queries(*, owner, turns: int = 10, warmup: int = 3) -> dict[str, list[tuple[int, int]]]:
+    """Queries per turn, in-process, of the product's turn (turn_run on the API channel, as
+    POST /api/chat runs it) and of the minimal turn, each on a session of its own: `warmup`
+    turns, then `turns` counted, as (all queries, of which transaction control). The deferred
+    consolidation (embedded mode) runs after each turn, outside the count, as in
+    bench.turn_overhead; with a broker it is published to the worker."""
+    from django.db import connection, reset_queries
+    from django.test.utils import CaptureQueriesContext
+
+    from agent_app.turn import turn_run
+    from bench.urls import minimal_turn
+    from ethan_site.queue import run_deferred
+    from sessions_app.models import ChatSession
+
+    def count(captured) -> tuple[int, int]:
+        sqls = [query["sql"] for query in captured.captured_queries]
+        return len(sqls), sum(1 for sql in sqls if transaction_control(sql))
+
+    counts: dict[str, list[tuple[int, int]]] = {"chat": [], "minimal": []}
+    session = None
+    session_id = None
+    for index in range(warmup + turns):
+        text = f"{MESSAGES[index % len(MESSAGES)]} (#{index})"
+        reset_queries()  # the query log is bounded: once full, CaptureQueriesContext counts nothing
+        with CaptureQueriesContext(connection) as chat:
+            session = turn_run(
+                owner=owner, session=session, text=text, channel=ChatSession.Channel.API
+            ).session
+        run_deferred()
+        with CaptureQueriesContext(connection) as minimal:
+            session_id = minimal_turn(owner=owner, text=text, session_id=session_id).session_id
+        if index >= warmup:
+            counts["chat"].append(count(chat))
+            counts["minimal"].append(count(minimal))
+    return counts
+
+
+def queries_text(counts: list[tuple[int, int]]) -> str:
+    """'24 (4 of them BEGIN/COMMIT)', or '24-25 (…)' when the count varies."""
+    totals = sorted({total for total, _ in counts})
+    control = sorted({control for _, control in counts})
+    span = str(totals[0]) if len(totals) == 1 else f"{totals[0]}-{totals[-1]}"
+    control_span = str(control[0]) if len(control) == 1 else f"{control[0]}-{control[-1]}"
+    return f"{span} ({control_span} of them BEGIN/COMMIT/savepoints)"
 
 
 def profile_turns(owner, turns: int) -> str:
@@ -139,111 +306,180 @@ def profile_turns(owner, turns: int) -> str:
     return f"{turns} in-process turns, {per_turn:.1f} ms each (under cProfile)\n{out.getvalue()}"
 
 
+# --- the run ---------------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=20, help="seconds per endpoint")
+    parser.add_argument("--database", choices=DATABASES, default="postgresql")
+    parser.add_argument("--seconds", type=float, default=20, help="seconds per endpoint, in all")
+    parser.add_argument("--rounds", type=int, default=4, help="slices per endpoint")
     parser.add_argument("--concurrency", type=int, default=8, help="client threads")
-    parser.add_argument("--quick", action="store_true", help="5 s per endpoint")
+    parser.add_argument("--quick", action="store_true", help="2 rounds, 3 s per endpoint each")
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     parser.add_argument(
         "--profile", type=int, default=0, metavar="TURNS", help="then profile TURNS turns"
     )
     add_gunicorn_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.quick:
-        args.seconds = 5
+        args.seconds, args.rounds = 6, 2
     gunicorn = gunicorn_from_args(args)
-    with BenchStack(
-        gunicorn=gunicorn,
-        settings_module="bench.settings",
-        celery_concurrency=args.celery_concurrency,
-        celery_nice=args.celery_nice,
-        extra_env={"ETHAN_API_RATE": API_RATE},
-    ) as stack:
-        return run(args, stack, gunicorn.label(), argv)
+    extra_env = {"ETHAN_API_RATE": API_RATE}
+    if args.database == "sqlite":
+        from bench.first_delta import EmbeddedStack
+
+        stack = EmbeddedStack(
+            gunicorn=gunicorn, settings_module="bench.settings", extra_env=extra_env
+        )
+        server = f"{gunicorn.label()}, embedded (no broker: consolidation in the web workers)"
+    else:
+        stack = BenchStack(
+            gunicorn=gunicorn,
+            settings_module="bench.settings",
+            celery_concurrency=args.celery_concurrency,
+            celery_nice=args.celery_nice,
+            extra_env=extra_env,
+        )
+        server = (
+            f"{gunicorn.label()}; one Celery worker (prefork, concurrency "
+            f"{args.celery_concurrency}{f', nice {args.celery_nice}' if args.celery_nice else ''}"
+            ") on the memory and channels queues, Redis broker"
+        )
+    with stack:
+        return run(args, stack, server, argv)
 
 
-def run(args, stack: BenchStack, gunicorn_label: str, argv) -> int:
+def run(args, stack: BenchStack, server: str, argv) -> int:
     from django.core.management import call_command
+    from django.db import connections
 
+    from bench.common import database_label
     from memory_app.models import Summary
     from sessions_app.models import ChatSession
+    from sessions_app.services import local_user_get_or_create
 
     out = io.StringIO()
     call_command("ethan_token", "bench", stdout=out)  # `ethan token bench`
     token = out.getvalue().strip()
+    owner = local_user_get_or_create(username="bench")
+    fill_memory(owner=owner)
+    connections.close_all()  # the web processes have the database to themselves
 
     # Warm-up, not measured: each gunicorn worker loads the URLconf, the offline model and
     # its connections. These sessions are left aside; the measured threads start new ones.
-    warm_chat, _ = chat_requests(token)
-    warm = [warm_chat(i, None) for i in range(2 * stack.gunicorn.workers * stack.gunicorn.threads)]
-    bare = bare_requests(token)
-    load(base=stack.base_url, concurrency=args.concurrency, next_request=fixed(warm))
-    load(
-        base=stack.base_url,
-        concurrency=args.concurrency,
-        next_request=fixed(bare(0, None) for _ in range(len(warm))),
-    )
+    warm = 2 * stack.gunicorn.workers * stack.gunicorn.threads
+    for name, path, _ in ENDPOINTS:
+        next_request = (
+            turn_requests(token, path, name)[0] if name != "bare" else bare_requests(token)
+        )
+        load(
+            base=stack.base_url,
+            concurrency=args.concurrency,
+            next_request=fixed(next_request(i, None) for i in range(warm)),
+        )
     warm_sessions = ChatSession.objects.count()
+    connections.close_all()
 
     machine_load = cpu_note()
-    # The bare endpoint first: the chat leaves consolidation work on the worker behind it,
-    # which would otherwise compete with the bare run for the CPU.
-    bare_result = measure(stack, args.concurrency, args.seconds, bare)
-    chat_next, _ = chat_requests(token)
-    chat_result = measure(stack, args.concurrency, args.seconds, chat_next)
+    started = time.perf_counter()
+    results = measure(
+        stack,
+        token=token,
+        concurrency=args.concurrency,
+        seconds=args.seconds,
+        rounds=args.rounds,
+    )
+    took = time.perf_counter() - started
     summaries = Summary.objects.count()
     sessions_made = ChatSession.objects.count() - warm_sessions
+    label = database_label()
 
-    ratio = chat_result["rps"] / bare_result["rps"] if bare_result["rps"] else 0.0
-    met = ratio >= TARGET_RATIO and not chat_result["errors"] and not bare_result["errors"]
+    counts = count_queries(owner=owner)
+
+    chat, minimal, bare = results["chat"], results["minimal"], results["bare"]
+    ratio = chat.rps / minimal.rps if minimal.rps else 0.0
+    errors = any(result.errors for result in results.values())
+    met = ratio >= TARGET_RATIO and not errors
+    cores = os.cpu_count() or 1
+    queries = {
+        "bare": "–",
+        "minimal": queries_text(counts["minimal"]),
+        "chat": queries_text(counts["chat"]),
+    }
     rows = [
-        f"| {name} | {r['requests']} | {r['ok']} | {r['rps']:.1f} | {r['p50']:.1f} "
-        f"| {r['p99']:.1f} |"
-        for name, r in (("bare DRF endpoint", bare_result), ("POST /api/chat", chat_result))
+        f"| {label_} | {len(r.samples)} | {len(r.ok)} | {r.rps:.1f} "
+        f"| {percentile(r.ok, 0.5):.1f} | {percentile(r.ok, 0.99):.1f} "
+        f"| {r.cpu_ms_per_request('gunicorn'):.1f} | {queries[name]} |"
+        for name, _, label_ in ENDPOINTS
+        for r in (results[name],)
     ]
+    slices = "; ".join(
+        f"{name} " + ", ".join(f"{rps:.0f}" for rps in results[name].slices)
+        for name, _, _ in ENDPOINTS
+    )
     table = "\n".join(
         [
-            f"{args.concurrency} client threads (one keep-alive http.client connection each), "
-            f"{args.seconds:.0f} s per endpoint, the bare endpoint first; {gunicorn_label}; "
-            f"one Celery worker (prefork, concurrency {args.celery_concurrency}"
-            f"{f', nice {args.celery_nice}' if args.celery_nice else ''}) on the memory "
-            f"and channels queues, Redis broker, PostgreSQL. Chat: the offline model, one "
-            f"session per thread ({sessions_made} sessions, "
-            f"{chat_result['ok'] // max(1, sessions_made)} turns each on average; "
-            f"{summaries} warm summaries written by the worker by the end). Bare: an "
-            f'authenticated, throttled DRF APIView answering {{"ok": true}} (bench/urls.py). '
-            f"The API throttle is raised to {API_RATE} for both; {machine_load}.",
+            f"{args.concurrency} client threads (one keep-alive http.client connection each); "
+            f"each endpoint {args.seconds:.0f} s in all, in {args.rounds} slices of "
+            f"{args.seconds / args.rounds:.1f} s, the endpoints taking turns (the order "
+            f"rotating by one each round); whole run {took:.0f} s. {label}, {server}. "
+            f"The bench user has {FACTS} active facts, 5 rules, a written profile and 50 "
+            f"past episodes (bench.turn_overhead's); the offline model, the path by the "
+            f"router; each client thread keeps one session per turn endpoint "
+            f"({sessions_made} sessions, {summaries} warm summaries written by the end). "
+            f"Minimal turn: bench/urls.py minimal_turn, what a turn cannot avoid by hand (the "
+            f"question stored with the turn's claim and seq in one UPDATE … RETURNING, the "
+            f"working state with the warm summaries, the verbatim rounds, rules, injected facts "
+            f"and profile read, a fixed reply stored). Bare: an authenticated, throttled DRF "
+            f'APIView answering {{"ok": true}}. The API throttle is raised to {API_RATE} for '
+            f"all three. The machine ({cores} cores) is shared: other tests and benchmarks may "
+            f"run meanwhile ({machine_load}; their CPU is under 'others on the machine'). "
+            f"gunicorn CPU ms/request: the web workers' CPU over the endpoint's slices divided "
+            f"by its answers. Queries per turn: counted in-process afterwards "
+            f"(CaptureQueriesContext around turn_run and around minimal_turn, 10 turns each "
+            f"after 3, on the same messages), as bench.turn_overhead counts them; the view "
+            f"adds the token lookup to both (and /api/chat its session lookup).",
             "",
-            "| endpoint | requests | HTTP 200 | requests/s | p50 ms | p99 ms |",
-            "|---|---|---|---|---|---|",
+            "| endpoint | requests | HTTP 200 | requests/s | p50 ms | p99 ms "
+            "| gunicorn CPU ms/request | queries/turn |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
-            f"Bare run: {bare_result['cpu']}. Chat run: {chat_result['cpu']}.",
+            f"Requests/s of each slice, in order: {slices}.",
             "",
-            f"Chat at {ratio:.0%} of the bare rate; target >= {TARGET_RATIO:.0%}: "
-            f"{'met' if met else 'NOT met'}"
+            *(
+                f"CPU during the {label_} slices: {results[name].cpu_text(cores)}."
+                for name, _, label_ in ENDPOINTS
+            ),
+            "",
+            f"/api/chat at {ratio:.0%} of the minimal turn's rate (target >= "
+            f"{TARGET_RATIO:.0%}: {'met' if met else 'NOT met'}"
             + (
-                f" (errors: bare {bare_result['statuses']}, chat {chat_result['statuses']})"
-                if chat_result["errors"] or bare_result["errors"]
+                f"; errors: {', '.join(f'{n} {statuses(r.samples)}' for n, r in results.items())}"
+                if errors
                 else ""
             )
-            + ".",
+            + f"); at {chat.rps / bare.rps if bare.rps else 0:.0%} of the bare endpoint's; "
+            f"the minimal turn at {minimal.rps / bare.rps if bare.rps else 0:.0%} of it.",
         ]
     )
     print(table)
-    for result in (bare_result, chat_result):
-        for error in result["errors"]:
+    for result in results.values():
+        for error in result.errors:
             print(f"error: {error!r}", file=sys.stderr)
     if args.profile:
-        from sessions_app.services import local_user_get_or_create
-
         print(profile_turns(local_user_get_or_create(username="bench-profile"), args.profile))
     if not args.no_record:
-        command = command_line("bench.chat_throughput", argv)
-        append_results("Chat throughput (gunicorn, Celery, Redis)", command, table)
+        title = (
+            "Chat throughput against the minimal turn (gunicorn, Celery, Redis)"
+            if args.database == "postgresql"
+            else "Chat throughput against the minimal turn (gunicorn, embedded)"
+        )
+        append_results(title, command_line("bench.chat_throughput", argv), table, database=label)
     return 0 if met else 1
 
 

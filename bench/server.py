@@ -378,6 +378,82 @@ def _raise_keyboard_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def postgres_backends_cpu() -> dict[int, float]:
+    """CPU seconds so far of each PostgreSQL backend serving this process's database (the web
+    workers', the Celery worker's and this process's own connection), by pid."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        backends = [pid for (pid,) in cursor.fetchall()]
+    ticks = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for pid in backends:
+        with contextlib.suppress(OSError, IndexError, ValueError):  # gone meanwhile
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used[pid] = (int(fields[11]) + int(fields[12])) / ticks
+    return used
+
+
+def cpu_readings(stack: BenchStack) -> dict[str, float]:
+    """CPU seconds so far of each started process group, of each PostgreSQL backend of the
+    bench database (as "postgres/<pid>", on PostgreSQL), of this process and of the whole
+    machine; cpu_spent turns two readings into what a measurement used."""
+    from django.db import connection
+
+    used = {p.bench_name: process_group_cpu(p.pid) for p in stack.processes}
+    if connection.vendor == "postgresql":
+        used |= {f"postgres/{pid}": cpu for pid, cpu in postgres_backends_cpu().items()}
+    own = os.times()
+    used["bench process"] = own.user + own.system
+    used["machine busy"] = machine_busy_seconds()
+    return used
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """What was used between two cpu_readings, the backends added up as "postgres". A backend
+    that appeared meanwhile counts from zero; one that went away (a connection past
+    CONN_MAX_AGE is replaced) is left out, so its last share is missed rather than the
+    reading going negative."""
+    spent: dict[str, float] = {}
+    for name, value in after.items():
+        if name.startswith("postgres/"):
+            spent["postgres"] = spent.get("postgres", 0.0) + value - before.get(name, 0.0)
+        else:
+            spent[name] = value - before.get(name, 0.0)
+    # "machine busy" last: the others are read before it.
+    if "machine busy" in spent:
+        spent["machine busy"] = spent.pop("machine busy")
+    return spent
+
+
+def process_group_cpu(pgid: int, *, leader: bool = True) -> float:
+    """CPU seconds (user + system) so far of the live processes in one process group (as
+    BenchStack starts them: gunicorn's arbiter and its workers, Celery and its pool);
+    `leader=False` leaves the group's leader out (gunicorn's workers without the arbiter).
+    Read from /proc, so it works whatever the database (BenchStack.cpu_seconds asks
+    PostgreSQL for its backends)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or (not leader and int(entry.name) == pgid):
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):  # gone meanwhile
+            # Fields after the command name: state ppid pgrp ... utime(12) stime(13).
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent not idle (all cores, since boot): with the
+    stack's own CPU taken out, what other work on a shared host used meanwhile."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return (sum(map(int, cpu)) - int(cpu[3]) - int(cpu[4])) / ticks  # less idle and iowait
+
+
 # --- the load generator ----------------------------------------------------------------------
 
 

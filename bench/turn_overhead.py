@@ -4,11 +4,18 @@ store sizes.
 One owner per fact-store size, one session per history size for each of them (a grid), all
 written with bulk_create; each session's working state is what a caught-up consolidator leaves
 (the hot zone verbatim, warm summaries, older rounds folded into the rolling summary), so every
-measured turn is a steady-state turn. The offline model answers (`model="offline"`); its own
-time inside the turn is measured apart, so the overhead is the turn minus the model.
+measured turn is a steady-state turn. Each owner also has what the rest of the prompt reads:
+rules, a written profile and past episodes. The offline model answers (`model="offline"`); its
+own time inside the turn is measured apart, so the overhead is the turn minus the model.
+
+The turns take the full path (`--path full`, the default): the whole prompt, past episodes
+recalled included, on real messages that share words with the stored facts, episodes and
+rounds. `--path router` lets the router choose (medium for these messages), as runs before
+that option did.
 
     python -m bench.turn_overhead --quick --no-record      # 10/1,000 messages × 10/1,000 facts
     python -m bench.turn_overhead                          # 10/1,000/100,000 × 10/1,000/10,000
+    python -m bench.turn_overhead --history 10,100000 --facts 1000 --turns 20   # the targets, fast
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/ethan_bench_turn python -m bench.turn_overhead
 """
 
@@ -27,6 +34,7 @@ HISTORY_SIZES = (10, 1_000, 100_000)
 FACT_SIZES = (10, 1_000, 10_000)
 QUICK_HISTORY_SIZES = (10, 1_000)
 QUICK_FACT_SIZES = (10, 1_000)
+TARGET_QUERIES = 12  # per turn, at every size (the issue "A lean hot path")
 
 # The stored conversation: user lines and assistant replies, half Chinese, half English.
 USER_LINES = (
@@ -69,6 +77,24 @@ TURN_TEXTS = (
     "Any tips for running before work?",
 )
 FACT_CATEGORIES = ("preference", "decision", "knowledge", "correction")
+# What every owner has besides facts and sessions: the rest of what a full-path prompt reads.
+RULES = (
+    "回答尽量简短，先给结论",
+    "Reply in the language the user writes in",
+    "涉及日期时写明星期几",
+    "Offer a checklist when the user plans a release",
+    "不要在深夜提醒工作",
+)
+PROFILE = {
+    "basic": "- 喜欢跑步和钢琴\n- Lives near the park",
+    "identity": "- 后端工程师，负责记忆服务器\n- Works with a team of five",
+    "goals": "- 本季度发布记忆服务器\n- Ship the beta on Tuesday",
+    "work_style": "- 喜欢简短直接的回答\n- Plans in the morning",
+    "psych": "- 截止日期前容易焦虑",
+    "language": "- “先跑起来再说”",
+    "agreements": "- 周五前提醒季度报告",
+}
+EPISODES = 50  # past sessions an owner has, for the full path's recall
 
 
 @dataclass(frozen=True)
@@ -198,7 +224,42 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
             )
         )
     Fact.objects.bulk_create(rows, batch_size=2_000)
+    fill_rest(owner=owner, now=now, rng=rng)
     return owner, sessions
+
+
+def fill_rest(*, owner, now, rng: random.Random) -> None:
+    """The rules, the written profile and the past episodes of one owner."""
+    from episodes_app.models import Episode
+    from memory_app.models import Procedure
+    from memory_app.normalize import content_key
+    from profile_app.models import ProfileSection
+    from sessions_app.search import search_tokens
+
+    Procedure.objects.bulk_create(
+        Procedure(owner=owner, rule=rule, rule_key=content_key(rule), source="api")
+        for rule in RULES
+    )
+    ProfileSection.objects.bulk_create(
+        ProfileSection(owner=owner, key=key, content=content) for key, content in PROFILE.items()
+    )
+    episodes = []
+    for index in range(EPISODES):
+        summary = "；".join(rng.sample(USER_LINES, 2))
+        keywords = rng.sample(["报告", "钢琴", "release", "deadline", "running", "Lisbon"], 2)
+        episodes.append(
+            Episode(
+                owner=owner,
+                session_ref=f"s_past_{index:04d}",
+                summary=summary,
+                keywords=keywords,
+                search_tokens=search_tokens(f"{summary} {' '.join(keywords)}"),
+                model="offline",
+                turn_count=rng.randrange(2, 40),
+                timestamp=now - timedelta(days=index + 1),
+            )
+        )
+    Episode.objects.bulk_create(episodes)
 
 
 def _analyze() -> None:
@@ -253,7 +314,7 @@ class TurnTimer:
     def __exit__(self, *exc) -> None:
         self.llm.stream = self.real_stream
 
-    def turn(self, *, owner, session, text: str, samples: Samples | None):
+    def turn(self, *, owner, session, text: str, samples: Samples | None, path: str | None = None):
         """One turn of `session`; its numbers go to `samples` (None: a warm-up turn). The
         deferred consolidation (embedded mode) runs after it, outside the timed part, so the
         working state stays caught up as it would between a person's turns."""
@@ -268,7 +329,7 @@ class TurnTimer:
         self.model_s = 0.0
         with CaptureQueriesContext(connection) as captured:
             started = time.perf_counter()
-            result = turn_run(owner=owner, session=session, text=text, model="offline")
+            result = turn_run(owner=owner, session=session, text=text, model="offline", path=path)
             elapsed = time.perf_counter() - started
         run_deferred()
         if samples is not None:
@@ -280,10 +341,18 @@ class TurnTimer:
         return result.session
 
 
-def run_grid(*, history_sizes, fact_sizes, turns: int, warmup: int, seed: int = 11) -> list[Cell]:
+def run_grid(
+    *,
+    history_sizes,
+    fact_sizes,
+    turns: int,
+    warmup: int,
+    seed: int = 11,
+    path: str | None = None,
+) -> list[Cell]:
     """Fill every owner and session, then measure each (history, facts) cell. The cells take
     turns, one turn each in a round, so that whatever else the machine is doing meanwhile
-    falls on all of them alike."""
+    falls on all of them alike. `path`: the turns' path (None: the router's choice)."""
     from django.test.utils import override_settings
 
     from memory_app.working import memory_config
@@ -309,6 +378,7 @@ def run_grid(*, history_sizes, fact_sizes, turns: int, warmup: int, seed: int = 
                     session=sessions[messages, facts],
                     text=text,
                     samples=samples[messages, facts] if index >= warmup else None,
+                    path=path,
                 )
     return [
         Cell(
@@ -334,15 +404,29 @@ def targets(cells: list[Cell]) -> tuple[bool, bool, float]:
     return len(counts) == 1, ratio <= 2.0, ratio
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10/1,000 messages × 10/1,000 facts")
+    parser.add_argument(
+        "--path",
+        choices=("full", "medium", "fast", "router"),
+        default="full",
+        help="the turns' path (router: as the router chooses, medium for these messages)",
+    )
+    parser.add_argument(
+        "--history", type=_sizes, default=None, help="history sizes, e.g. 10,100000"
+    )
+    parser.add_argument("--facts", type=_sizes, default=None, help="fact-store sizes, e.g. 1000")
     parser.add_argument("--turns", type=int, default=None, help="measured turns per cell")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns per cell first")
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     args = parser.parse_args(argv)
-    history_sizes = QUICK_HISTORY_SIZES if args.quick else HISTORY_SIZES
-    fact_sizes = QUICK_FACT_SIZES if args.quick else FACT_SIZES
+    history_sizes = args.history or (QUICK_HISTORY_SIZES if args.quick else HISTORY_SIZES)
+    fact_sizes = args.facts or (QUICK_FACT_SIZES if args.quick else FACT_SIZES)
     turns = args.turns or (10 if args.quick else 40)
 
     django_setup()
@@ -352,10 +436,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("the benchmark database is not empty: point DATABASE_URL at a scratch database")
     started = time.perf_counter()
     cells = run_grid(
-        history_sizes=history_sizes, fact_sizes=fact_sizes, turns=turns, warmup=args.warmup
+        history_sizes=history_sizes,
+        fact_sizes=fact_sizes,
+        turns=turns,
+        warmup=args.warmup,
+        path=None if args.path == "router" else args.path,
     )
     took = time.perf_counter() - started
     same_queries, within_2x, ratio = targets(cells)
+    most = max(count for cell in cells for count in cell.queries)
 
     def ms(pair: tuple[float, float]) -> str:
         return f"{pair[0]:.1f} | {pair[1]:.1f}"
@@ -374,12 +463,21 @@ def main(argv: list[str] | None = None) -> int:
             f"verbatim, warm summaries, the rest folded into the rolling summary). "
             f"{cells[0].turns} measured turns per cell after {args.warmup} unmeasured, the "
             f"cells taking turns (one turn each, round after round), "
-            f'`model="offline"`, path chosen by the router; ETHAN_FACT_CAPACITY raised above '
-            f"the largest store so extraction does not evict it. Only turn_run is timed: the "
+            f'`model="offline"`, '
+            + (
+                "path chosen by the router"
+                if args.path == "router"
+                else f"the {args.path} path for every turn"
+            )
+            + f"; each owner also has {len(RULES)} rules, a written profile (all "
+            f"{len(PROFILE)} sections) and {EPISODES} past episodes; ETHAN_FACT_CAPACITY "
+            f"raised above the largest store so extraction does not evict it. Only turn_run "
+            f"is timed: the "
             f"deferred consolidation (embedded mode) runs after each turn with "
             f"ethan_site.queue.run_deferred(), outside the timed part. model: the time spent "
             f"in llm.stream; overhead: turn minus model. Queries: SQL per turn "
-            f"(CaptureQueriesContext around turn_run). Whole run {took:.0f} s.",
+            f"(CaptureQueriesContext around turn_run; BEGIN and COMMIT included, as Django "
+            f"logs them). Whole run {took:.0f} s.",
             "",
             "| history messages | active facts | path | turns | turn p50 ms | turn p95 ms "
             "| model p50 ms | model p95 ms | overhead p50 ms | overhead p95 ms | queries/turn |",
@@ -387,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
             *rows,
             "",
             f"- same query count at every size: {'met' if same_queries else 'NOT met'}",
+            f"- at most {TARGET_QUERIES} queries per turn: "
+            f"{'met' if most <= TARGET_QUERIES else 'NOT met'} ({most} at most)",
             f"- p95 at the largest size within 2× of the smallest: "
             f"{'met' if within_2x else 'NOT met'} ({ratio:.2f}×)",
         ]
