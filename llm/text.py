@@ -1,9 +1,13 @@
-"""Small text helpers shared by the offline model: sentences, terms and overlap, both languages."""
+"""Small text helpers, both languages: sentences, terms and overlap (the offline model), words
+for keywords and search, and the time a question names (search)."""
 
 from __future__ import annotations
 
 import functools
 import re
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from llm.tokens import is_chinese
 
@@ -31,12 +35,24 @@ def sentences(text: str) -> list[str]:
     return [part.strip() for part in _SENTENCE_END.split(text) if part and part.strip()]
 
 
+@functools.cache
+def _stemmer() -> threading.local:
+    return threading.local()
+
+
+@functools.lru_cache(maxsize=65536)
 def stem(word: str) -> str:
-    """A light English stemmer: enough for 'likes'/'liked'/'liking' to meet 'like'."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
+    """English Snowball (Porter2) stemming, PyStemmer's binding of the Snowball project's own C
+    code: 'likes'/'liked'/'liking' → 'like', 'adoption'/'adopted' → 'adopt'. A stemmer object
+    holds per-call buffers and is not thread-safe, so each thread has its own; the cache in
+    front of them is shared (words repeat: most calls never reach a stemmer)."""
+    local = _stemmer()
+    stemmer = getattr(local, "english", None)
+    if stemmer is None:
+        import Stemmer
+
+        stemmer = local.english = Stemmer.Stemmer("english")
+    return stemmer.stemWord(word)
 
 
 def terms(text: str) -> set[str]:
@@ -89,7 +105,7 @@ def _jieba():
 
 def tokenize(text: str, *, search: bool = False) -> list[str]:
     """Words in order, repeats kept (for term frequency): Chinese segmented by jieba, English
-    lower-cased and lightly stemmed; stopwords, punctuation and numbers-only dropped.
+    lower-cased and Snowball-stemmed; stopwords, punctuation and numbers-only dropped.
 
     `search` uses jieba's search mode, which also yields the shorter words inside a long one
     (美式咖啡 → 美式, 咖啡, 美式咖啡), so 咖啡店 in a question meets 美式咖啡 in a fact."""
@@ -105,3 +121,249 @@ def tokenize(text: str, *, search: bool = False) -> list[str]:
                 if word not in STOPWORDS and len(word) > 1 and not word.isdigit():
                     tokens.append(stem(word))
     return tokens
+
+
+# --- times named in a question -----------------------------------------------------------------
+#
+# A small parser of our own. dateparser was tried first (offline, both languages), but its
+# search_dates read "5月2日" as the 18th of May, "we" and the modal "May" as dates, split
+# "April 10, 2023" into three, and gave points rather than spans (a month, a week); what is
+# needed here is narrow: the span a question names, in English or Chinese.
+
+_MONTH_NAMES = (
+    "january february march april may june july august september october november december"
+).split()
+_MONTH = {name: n for n, name in enumerate(_MONTH_NAMES, start=1)} | {"sept": 9}
+_MONTH_RE = "|".join(sorted(_MONTH, key=len, reverse=True))
+_ORDINAL = r"(?:st|nd|rd|th)?"
+_EN_NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2,
+    "a few": 3, "several": 3,
+}  # fmt: skip
+_ZH_DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
+              "七": 7, "八": 8, "九": 9}  # fmt: skip
+_ZH_NUMBER = "[0-9〇零一二两三四五六七八九十]+"
+_UNIT_ZH = {"天": "day", "日": "day", "周": "week", "星期": "week", "礼拜": "week",
+            "月": "month", "年": "year"}  # fmt: skip
+_RELATIVE_ZH = {
+    "大前天": ("day", -3), "前天": ("day", -2), "昨天": ("day", -1), "昨日": ("day", -1),
+    "今天": ("day", 0), "今日": ("day", 0), "上周末": ("weekend", -1), "上个周末": ("weekend", -1),
+    "上上周": ("week", -2), "上周": ("week", -1), "上星期": ("week", -1),
+    "上个星期": ("week", -1), "上礼拜": ("week", -1), "上个礼拜": ("week", -1),
+    "这周": ("week", 0), "本周": ("week", 0), "这个星期": ("week", 0), "上个月": ("month", -1),
+    "上月": ("month", -1), "这个月": ("month", 0), "本月": ("month", 0), "前年": ("year", -2),
+    "去年": ("year", -1), "今年": ("year", 0),
+}  # fmt: skip
+
+# The patterns, most specific first; a later one never reuses text an earlier one took.
+_TIME_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "zh_date",
+        re.compile(
+            rf"(?:(?P<year>\d{{4}}|[〇零一二三四五六七八九]{{4}})年|(?P<rel>去年|今年|前年))?"
+            rf"(?P<month>{_ZH_NUMBER})月份?(?:(?P<day>{_ZH_NUMBER})[日号])?"
+        ),
+    ),
+    ("zh_year", re.compile(r"(?P<year>\d{4})年")),
+    (
+        "zh_ago",
+        re.compile(rf"(?P<n>{_ZH_NUMBER}|半)(?:个)?(?P<unit>天|日|周|星期|礼拜|月|年)(?:以)?前"),
+    ),
+    ("zh_relative", re.compile("|".join(sorted(_RELATIVE_ZH, key=len, reverse=True)))),
+    (
+        "en_day_month",
+        re.compile(
+            rf"\b(?P<day>\d{{1,2}}){_ORDINAL}(?:\s+of)?\s+(?P<month>{_MONTH_RE})\b"
+            rf"(?:,?\s+(?P<year>\d{{4}})\b)?",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "en_month_day",
+        re.compile(
+            rf"\b(?P<month>{_MONTH_RE})\s+(?P<day>\d{{1,2}}){_ORDINAL}\b"
+            rf"(?:,?\s+(?P<year>\d{{4}})\b)?",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "en_month_year",
+        re.compile(rf"\b(?P<month>{_MONTH_RE}),?\s+(?P<year>\d{{4}})\b", re.IGNORECASE),
+    ),
+    (
+        # A month alone needs a word before it that makes it a time ("in May", "last June"):
+        # "may" and "march" are verbs too.
+        "en_month",
+        re.compile(
+            rf"\b(?P<cue>in|on|during|since|last|this|early|late|mid|of|until|by|from)[\s-]+"
+            rf"(?P<month>{_MONTH_RE})\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "en_ago",
+        re.compile(
+            r"\b(?P<n>\d+|a couple of|a few|several|an?|one|two|three|four|five|six|seven|"
+            r"eight|nine|ten|eleven|twelve)\s+(?P<unit>day|week|month|year)s?\s+ago\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "en_relative",
+        re.compile(
+            r"\b(?:(?P<day>the day before yesterday|yesterday|today|tonight|this morning)|"
+            r"(?P<which>last|past|previous|this)\s+(?P<unit>weekend|week|month|year))\b",
+            re.IGNORECASE,
+        ),
+    ),
+    ("en_year", re.compile(r"\b(?P<year>(?:19|20)\d{2})\b")),
+]
+
+
+_RELATIVE_KINDS = frozenset({"zh_ago", "zh_relative", "en_ago", "en_relative"})
+
+
+@dataclass(frozen=True)
+class TimeSpan:
+    """The time a question names: [start, end), in `now`'s time zone, and the text naming it."""
+
+    start: datetime
+    end: datetime
+    said: tuple[str, ...]
+
+
+def _zh_number(text: str) -> int | None:
+    """'12', '十二', '二十三', '三' → int; None when it is not a number."""
+    if text.isdigit():
+        return int(text)
+    if "十" in text:
+        tens, _, units = text.partition("十")
+        value = (_ZH_DIGITS.get(tens, 0) if tens else 1) * 10
+        return value + (_ZH_DIGITS.get(units, 0) if units else 0)
+    if all(c in _ZH_DIGITS for c in text):
+        value = 0
+        for c in text:
+            value = value * 10 + _ZH_DIGITS[c]
+        return value
+    return None
+
+
+def _shift_month(year: int, month: int, by: int) -> tuple[int, int]:
+    index = year * 12 + (month - 1) + by
+    return index // 12, index % 12 + 1
+
+
+def _unit_span(unit: str, offset: int, now: datetime) -> tuple[datetime, datetime]:
+    """The day/week (Monday first)/weekend/month/year `offset` units from the one `now` is in."""
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if unit == "day":
+        start = today + timedelta(days=offset)
+        return start, start + timedelta(days=1)
+    if unit in ("week", "weekend"):
+        monday = today - timedelta(days=today.weekday()) + timedelta(weeks=offset)
+        if unit == "weekend":  # the Saturday and Sunday of that week
+            return monday + timedelta(days=5), monday + timedelta(days=7)
+        return monday, monday + timedelta(weeks=1)
+    if unit == "month":
+        year, month = _shift_month(now.year, now.month, offset)
+        start = today.replace(year=year, month=month, day=1)
+        year, month = _shift_month(year, month, 1)
+        return start, start.replace(year=year, month=month)
+    start = today.replace(year=now.year + offset, month=1, day=1)
+    return start, start.replace(year=start.year + 1)
+
+
+def _date_span(
+    year: int | None, month: int, day: int | None, now: datetime, *, before_this_month: bool
+) -> tuple[datetime, datetime] | None:
+    """A named month (or day of it); without a year, the latest one not after `now` (or, for
+    "last May", the latest before this month)."""
+    if not 1 <= month <= 12:
+        return None
+    if year is None:
+        year = now.year
+        latest = (now.month, now.day) if day else (now.month, 31)
+        if (month, day or 1) > latest or (before_this_month and month >= now.month):
+            year -= 1
+    try:
+        start = now.replace(year=year, month=month, day=day or 1, hour=0, minute=0, second=0,
+                            microsecond=0)  # fmt: skip
+    except ValueError:  # 30 February
+        return None
+    if day:
+        return start, start + timedelta(days=1)
+    next_year, next_month = _shift_month(year, month, 1)
+    return start, start.replace(year=next_year, month=next_month)
+
+
+def _span_of(kind: str, match: re.Match[str], now: datetime) -> tuple[datetime, datetime] | None:
+    group = match.groupdict()
+    if kind == "zh_date":
+        year = _zh_number(group["year"]) if group["year"] else None
+        if group["rel"]:
+            year = now.year + {"前年": -2, "去年": -1, "今年": 0}[group["rel"]]
+        month = _zh_number(group["month"])
+        day = _zh_number(group["day"]) if group["day"] else None
+        if month is None:
+            return None
+        return _date_span(year, month, day, now, before_this_month=False)
+    if kind in ("zh_year", "en_year"):
+        start = now.replace(year=int(group["year"]), month=1, day=1, hour=0, minute=0,
+                            second=0, microsecond=0)  # fmt: skip
+        return start, start.replace(year=start.year + 1)
+    if kind in ("zh_ago", "en_ago"):
+        n = group["n"].lower()
+        if kind == "zh_ago":
+            unit = _UNIT_ZH[group["unit"]]
+            count = 0 if n == "半" else _zh_number(n)
+        else:
+            unit = group["unit"].lower()
+            count = int(n) if n.isdigit() else _EN_NUMBERS.get(n)
+        if count is None:
+            return None
+        return _unit_span(unit, -count, now)
+    if kind == "zh_relative":
+        unit, offset = _RELATIVE_ZH[match.group(0)]
+        return _unit_span(unit, offset, now)
+    if kind in ("en_day_month", "en_month_day", "en_month_year", "en_month"):
+        year = int(group["year"]) if group.get("year") else None
+        day = int(group["day"]) if group.get("day") else None
+        last = (group.get("cue") or "").lower() == "last"
+        return _date_span(year, _MONTH[group["month"].lower()], day, now, before_this_month=last)
+    if kind == "en_relative":
+        if group["day"]:
+            day = group["day"].lower()
+            offset = {"the day before yesterday": -2, "yesterday": -1}.get(day, 0)
+            return _unit_span("day", offset, now)
+        offset = 0 if group["which"].lower() == "this" else -1
+        return _unit_span(group["unit"].lower(), offset, now)
+    return None
+
+
+def time_named(text: str, *, now: datetime) -> TimeSpan | None:
+    """The span of time `text` names ("on 8 May, 2023", "last week", "5月2日", "上周", "三天前"),
+    the union when it names several; None when it names none. Relative times count from `now`;
+    a month or day without a year is the latest one not after `now`."""
+    taken: list[tuple[int, int]] = []
+    found: list[tuple[bool, datetime, datetime, str]] = []  # (relative, start, end, text)
+    for kind, pattern in _TIME_PATTERNS:
+        for match in pattern.finditer(text or ""):
+            if any(match.start() < end and start < match.end() for start, end in taken):
+                continue
+            span = _span_of(kind, match, now)
+            if span is None:
+                continue
+            taken.append(match.span())
+            found.append((kind in _RELATIVE_KINDS, *span, match.group(0)))
+    if not found:
+        return None
+    # A relative time beside a date counts from that date, not from now ("the weekend before
+    # April 10"): the date alone then says when.
+    if not all(relative for relative, *_rest in found):
+        found = [item for item in found if not item[0]]
+    spans = [(start, end) for _relative, start, end, _text in found]
+    said = [text for *_rest, text in found]
+    return TimeSpan(
+        start=min(s for s, _e in spans), end=max(e for _s, e in spans), said=tuple(said)
+    )

@@ -1,36 +1,66 @@
 """The one search engine for memory: BM25 over the shared tokenizer (llm.text.tokenize: jieba
-for Chinese, lower-cased, stopword-free, lightly stemmed English).
+for Chinese, lower-cased, stopword-free, Snowball-stemmed English).
 
 Each searchable row (a message, a fact, an episode) keeps its tokens in `search_tokens`, written
-with the row. Finding candidates uses an index: on PostgreSQL a GIN index over
-`to_tsvector('simple', search_tokens)` (the tokens are ours; 'simple' only splits them), on
-SQLite an FTS5 table over the same column, kept in step by triggers (search_migrations).
-Ranking is BM25, computed here over the candidates:
+with the row: its own words, then, after CONTEXT_MARK, the words around it (a message's
+neighbouring turns, a fact's source message), which count TUNING.context_weight each. Finding
+candidates uses an index: on PostgreSQL a GIN index over `to_tsvector('simple',
+search_tokens)` (the tokens are ours; 'simple' only splits them), on SQLite an FTS5 table over
+the same column, kept in step by triggers (search_migrations). Ranking is BM25, computed here
+over the candidates:
 
     score(d) = sum over query terms t of
                idf(t) * tf(t, d) * (k1 + 1) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
     idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
 
-with k1 = 1.2, b = 0.3, N the owner's number of documents of that kind, df counted over the
-candidates (exact unless the candidate cap was reached) and avgdl their mean length.
+with tf(t, d) = own count + context_weight * context count (|d| likewise), N the owner's
+number of documents of that kind, df counted over the candidates (exact unless the candidate
+cap was reached) and avgdl their mean length. Message search prefers the messages from the
+time a question names ("last May", "上周"). The values are in TUNING; docs/search.md has the
+held-back LoCoMo numbers behind each.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BooleanField, F, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from llm.text import tokenize
+from llm.text import TimeSpan, time_named, tokenize
 
-# b is lower than the textbook 0.75: turns are short and their length says little about
-# relevance (measured on LoCoMo, docs/benchmarks.md).
-K1, B = 1.2, 0.3
+
+@dataclass(frozen=True)
+class Tuning:
+    """Every weight and window of the ranking, in one place. Those chosen on LoCoMo were chosen
+    on one half of its conversations (A) and measured on the other (bench/locomo_recall.py
+    --tune; docs/search.md has the numbers)."""
+
+    # The textbook values: a b tuned on LoCoMo did no better on the held-back half.
+    k1: float = 1.2
+    b: float = 0.75
+    # How much a word of the turns around a row counts against one of its own (chosen on A;
+    # B would have chosen 0.5).
+    context_weight: float = 0.75
+    # A message from the time the question names scores (1 + time_boost) times as much; "then"
+    # runs from time_before_days before the named span (fixed: a day's margin for times of day
+    # and zones) to time_after_days after it (an event is often told about days later). Boost
+    # and days chosen on A (B: the same boost, 0 days).
+    time_boost: float = 2.0
+    time_before_days: int = 1
+    time_after_days: int = 7
+
+
+TUNING = Tuning()
+# What separates a row's own words from the words around it in search_tokens. A lone "|" is
+# no word for the indexes (FTS5 and to_tsvector('simple') skip punctuation) and never a term.
+CONTEXT_MARK = "|"
 # Candidates ranked per search at most (the newest first when more match): a word found in
 # tens of thousands of messages says little, and ranking them all in Python would cost more
 # than the index saves.
@@ -52,19 +82,50 @@ def search_tokens(text: str) -> str:
 
 
 def with_context(own: str, context: str) -> str:
-    """A row's search tokens, twice, followed by the tokens of what is around it or where it
-    came from (the neighbouring turns for a message, the source message for a fact): a reply is
-    found by the words of the question, a fact by the words of the turn it was learnt from, and
-    a row's own words still count double, so the turn that says it ranks first."""
+    """A row's search tokens followed, after CONTEXT_MARK, by the tokens of what is around it or
+    where it came from (the neighbouring turns for a message, the source message for a fact): a
+    reply is found by the words of the question, a fact by the words of the turn it was learnt
+    from, and a row's own words count more (TUNING.context_weight), so the turn that says it
+    ranks first. The mark is written even with no context yet: message_append adds the next
+    turn's words at the end, which must land among the context."""
     extra = search_tokens(context).strip()
-    if not own:
-        return f" {extra} " if extra else ""
-    doubled = f"{own}{own.strip()} "
-    return f"{doubled}{extra} " if extra else doubled
+    own = own.strip()
+    body = f"{own} {CONTEXT_MARK}" if own else CONTEXT_MARK
+    return f" {body} {extra} " if extra else f" {body} "
 
 
 def query_terms(text: str) -> list[str]:
     return list(dict.fromkeys(tokenize(text, search=True)))  # unique, in order
+
+
+@dataclass(frozen=True)
+class Query:
+    """A message search's question: its terms, and the time it names (None when none)."""
+
+    terms: list[str]
+    span: TimeSpan | None
+
+
+def query_parse(text: str, *, now: datetime) -> Query:
+    return Query(
+        terms=query_terms(text), span=time_named(text, now=now) if TUNING.time_boost else None
+    )
+
+
+def prefer_time(
+    ranked: list[Ranked], span: TimeSpan, when: Callable[[Any], datetime]
+) -> list[Ranked]:
+    """`ranked` re-ordered with the rows from the time `span` names (widened by the TUNING
+    window) scoring 1 + TUNING.time_boost times as much."""
+    start = span.start - timedelta(days=TUNING.time_before_days)
+    end = span.end + timedelta(days=TUNING.time_after_days)
+    factor = 1 + TUNING.time_boost
+    moved = [
+        Ranked(item=r.item, score=r.score * factor) if start <= when(r.item) < end else r
+        for r in ranked
+    ]
+    moved.sort(key=lambda r: -r.score)  # stable: ties keep BM25's order
+    return moved
 
 
 def _tsquery(terms: list[str]) -> str:
@@ -174,33 +235,129 @@ def newest_matching(
     return rows
 
 
+# --- rebuilding stored tokens (after the tokenizer changed: ethan_reindex) -----------------
+
+
+SPOKEN = ("user", "assistant")
+
+
+def session_message_tokens(messages: Iterable[tuple[Any, str, str]]) -> dict[Any, str]:
+    """The search_tokens message_append writes, for one session's (pk, role, content) in seq
+    order: a user or assistant message gets its own words, then the previous turn's and the
+    next one's (a turn with content; the next counts only when it has words); other roles get
+    none."""
+    rows = list(messages)
+    tokens = {pk: "" for pk, _role, _content in rows}
+    turns = [(pk, content) for pk, role, content in rows if role in SPOKEN]
+    # The turns with content, in order: each turn's previous one and its next one are there.
+    said = [n for n, (_pk, content) in enumerate(turns) if content != ""]
+    previous, following = {}, {}
+    for a, b in itertools.pairwise(said):
+        following[a] = b
+    last = None
+    for n, (_pk, content) in enumerate(turns):
+        previous[n] = last
+        if content != "":
+            last = n
+    for n, (pk, content) in enumerate(turns):
+        around = [turns[previous[n]][1]] if previous[n] is not None else []
+        nxt = following.get(n) if content != "" else None
+        if nxt is not None and search_tokens(turns[nxt][1]):
+            around.append(turns[nxt][1])
+        tokens[pk] = with_context(search_tokens(content), "\n".join(around))
+    return tokens
+
+
+def messages_reindex(session_ids: list[str]) -> int:
+    """Rewrite the search tokens of these sessions' messages with the current tokenizer, in one
+    transaction; returns how many changed (rows already up to date are not written, so a
+    second run writes nothing). The sessions are locked first (as message_append locks its
+    session), so an append cannot slip its words in between the read and the write."""
+    from sessions_app.models import ChatSession, Message
+
+    with transaction.atomic():
+        list(ChatSession.objects.select_for_update().filter(pk__in=session_ids).values_list("pk"))
+        messages = list(
+            Message.objects.filter(session_id__in=session_ids)
+            .order_by("session_id", "seq")
+            .only("id", "session_id", "role", "content", "search_tokens")
+        )
+        changed = []
+        for _session, group in itertools.groupby(messages, key=lambda m: m.session_id):
+            group = list(group)
+            fresh = session_message_tokens((m.pk, m.role, m.content) for m in group)
+            for message in group:
+                if message.search_tokens != fresh[message.pk]:
+                    message.search_tokens = fresh[message.pk]
+                    changed.append(message)
+        Message.objects.bulk_update(changed, ["search_tokens"], batch_size=500)
+    return len(changed)
+
+
+def rows_reindex(queryset: QuerySet, tokens_of: Callable[[Any], str]) -> int:
+    """Rewrite the search tokens of `queryset`'s rows (a batch: facts, episodes) with
+    `tokens_of(row)`, in one transaction; returns how many changed (up-to-date rows are not
+    written)."""
+    with transaction.atomic():
+        changed = []
+        for row in queryset.select_for_update(of=("self",)):
+            fresh = tokens_of(row)
+            if row.search_tokens != fresh:
+                row.search_tokens = fresh
+                changed.append(row)
+        queryset.model.objects.bulk_update(changed, ["search_tokens"], batch_size=500)
+    return len(changed)
+
+
 @dataclass(frozen=True)
 class Ranked:
     item: Any
     score: float
 
 
-def bm25(terms: list[str], docs: Iterable[tuple[Any, str]], total_docs: int) -> list[Ranked]:
+def bm25(
+    terms: list[str],
+    docs: Iterable[tuple[Any, str]],
+    total_docs: int,
+    *,
+    k1: float | None = None,
+    b: float | None = None,
+    context_weight: float | None = None,
+) -> list[Ranked]:
     """Rank (item, search_tokens) pairs for `terms`, best first; items sharing nothing are
-    dropped."""
-    rows = [(item, tokens.split()) for item, tokens in docs]
-    if not rows or not terms:
+    dropped. k1, b and the context weight default to TUNING's."""
+    k1 = TUNING.k1 if k1 is None else k1
+    b = TUNING.b if b is None else b
+    weight = TUNING.context_weight if context_weight is None else context_weight
+    if not terms:
         return []
     wanted = list(dict.fromkeys(terms))
     # Each row's (term, tf), in the order the terms first appear in it (the order the sum is
     # taken in). list.count per term, not a Counter per row: a few terms, short rows, and a
-    # thousand rows per search.
+    # thousand rows per search. Words after CONTEXT_MARK count `weight` each; a row written
+    # before the mark existed counts all its words as its own.
     found = []
     df = dict.fromkeys(wanted, 0)
-    for item, tokens in rows:
-        counts = [(term, n) for term in wanted if (n := tokens.count(term))]
+    for item, text in docs:
+        tokens = text.split()
+        own, context = tokens, []
+        if CONTEXT_MARK in tokens:
+            mark = tokens.index(CONTEXT_MARK)
+            own, context = tokens[:mark], tokens[mark + 1 :]
+        counts = []
+        for term in wanted:
+            n = own.count(term) + (weight * context.count(term) if context else 0)
+            if n:
+                counts.append((term, n))
         if len(counts) > 1:
             counts.sort(key=lambda pair: tokens.index(pair[0]))
         for term, _n in counts:
             df[term] += 1
-        found.append((item, len(tokens), counts))
-    n = max(total_docs, len(rows))
-    avgdl = sum(length for _item, length, _counts in found) / len(rows) or 1.0
+        found.append((item, len(own) + weight * len(context), counts))
+    if not found:
+        return []
+    n = max(total_docs, len(found))
+    avgdl = sum(length for _item, length, _counts in found) / len(found) or 1.0
     idf = {term: math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in df}
     ranked = []
     for item, length, counts in found:
@@ -208,7 +365,7 @@ def bm25(terms: list[str], docs: Iterable[tuple[Any, str]], total_docs: int) -> 
             continue
         score = 0.0
         for term, tf in counts:
-            score += idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / avgdl))
+            score += idf[term] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
         ranked.append(Ranked(item=item, score=score))
     ranked.sort(key=lambda r: -r.score)
     return ranked

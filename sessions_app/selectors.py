@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import BooleanField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import Ranked, bm25, newest_matching, query_terms
+from sessions_app.search import (
+    Ranked,
+    bm25,
+    newest_matching,
+    prefer_time,
+    query_parse,
+    query_terms,
+)
 
 # Enough to tell sessions apart in an error message without flooding the terminal.
 AMBIGUOUS_SHOWN = 10
@@ -64,10 +74,10 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session).order_by("seq")
 
 
-# What a candidate message is read as: enough to rank it (its tokens) and to pick a session's
-# best match (session, content); the few results are then read whole, by id.
-CANDIDATE_FIELDS = ["id", "session_id", "content", "search_tokens"]
-_ID, _SESSION, _CONTENT, _TOKENS = range(4)
+# What a candidate message is read as: enough to rank it (its tokens, its time) and to pick a
+# session's best match (session, content); the few results are then read whole, by id.
+CANDIDATE_FIELDS = ["id", "session_id", "content", "search_tokens", "created_at"]
+_ID, _SESSION, _CONTENT, _TOKENS, _CREATED = range(5)
 # What a found message shows (memory_search's citations): the rest stays deferred.
 RESULT_FIELDS = ["id", "session_id", "seq", "role", "content", "created_at"]
 
@@ -143,15 +153,21 @@ def messages_search(
     limit: int = 10,
     session_id: str | None = None,
     exclude_after: tuple[str, int] | None = None,
+    now: datetime | None = None,
 ) -> list[Ranked]:
     """The owner's user and assistant messages ranked by BM25 against `query` (sessions_app.
-    search); on PostgreSQL through the GIN index."""
-    terms = query_terms(query)
-    if not terms:
+    search); on PostgreSQL through the GIN index. When the query names a time ("last May",
+    "上周"; relative ones count from `now`, by default the present), the messages from then
+    are preferred (search.prefer_time)."""
+    parsed = query_parse(query, now=timezone.localtime(now))
+    if not parsed.terms:
         return []
     ranked = _messages_ranked(
-        owner=owner, terms=terms, session_id=session_id, exclude_after=exclude_after
-    )[:limit]
+        owner=owner, terms=parsed.terms, session_id=session_id, exclude_after=exclude_after
+    )
+    if parsed.span:
+        ranked = prefer_time(ranked, parsed.span, when=lambda row: row[_CREATED])
+    ranked = ranked[:limit]
     if not ranked:
         return []
     found = Message.objects.only(*RESULT_FIELDS).in_bulk([r.item[_ID] for r in ranked])

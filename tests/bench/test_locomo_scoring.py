@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import pytest
 
 from bench import locomo_recall as locomo
@@ -70,22 +73,139 @@ def test_evidence_cleaning_and_dates():
     assert locomo.recall({"a", "x"}, ["a", "b"]) == 0.5
 
 
+def by_question(scored: list[locomo.Scored]) -> dict[str, dict[str, float]]:
+    return {s.question.text: s.values for s in scored}
+
+
 @pytest.mark.django_db
 def test_scores_on_a_known_conversation(llm_config):
-    scores = locomo.evaluate([SAMPLE], observations=True)
-    sister, violin, cat = scores[4], scores[1], scores[5]
+    scored = locomo.evaluate([SAMPLE], observations=True)
+    assert [(s.question.conversation, s.question.category) for s in scored] == [
+        (0, 4),
+        (0, 1),
+        (0, 5),
+    ]
+    found = by_question(scored)
+    sister = found["Where does Ada's sister live?"]
+    violin = found["What instrument did Ada start learning?"]
+    cat = found["What is the name of Bo's cat?"]
     # The sister's fact came from D1:3: both orders inject it (two facts only), and the
     # search finds the turn itself first.
-    assert sister["inject_seed"] == sister["inject_relevance"] == [1.0]
-    assert sister["search@5"] == [1.0]
+    assert sister["inject_seed"] == sister["inject_relevance"] == 1.0
+    assert sister["search@5"] == 1.0
     # No fact mentions the violin: only the search reaches D2:1.
-    assert violin["inject_relevance"] == [0.0]
-    assert violin["search@5"] == [1.0]
-    assert cat["inject_relevance"] == [1.0]
+    assert violin["inject_relevance"] == 0.0
+    assert violin["search@5"] == 1.0
+    assert cat["inject_relevance"] == 1.0
+    # The plain baseline finds the violin turn by its own words too.
+    assert violin["plain@5"] == 1.0
     # The persona alone outweighs a six-turn history: the ratio only means something at scale.
-    assert sister["tokens_ratio"][0] > 0
-    table = locomo.summarise(scores)
+    assert sister["tokens_ratio"] > 0
+    table = locomo.summarise(scored)
     assert list(table) == ["1 multi-hop", "4 single-hop", "5 adversarial", "overall (1-4)"]
     assert table["overall (1-4)"]["questions"] == 2
     assert table["overall (1-4)"]["search@5"] == 1.0
     assert "| overall (1-4) | 2 |" in locomo.markdown(table)
+
+
+@pytest.mark.django_db
+def test_summary_has_a_row_per_half(llm_config):
+    later = copy.deepcopy(SAMPLE) | {"sample_id": "tiny-b"}
+    scored = locomo.evaluate([SAMPLE], observations=False) + locomo.evaluate(
+        [later], observations=False, first=5
+    )
+    assert {s.question.conversation for s in scored} == {0, 5}
+    table = locomo.summarise(scored)
+    assert table["overall (1-4)"]["questions"] == 4
+    assert table["overall (1-4), half A"]["questions"] == 2
+    assert table["overall (1-4), half B"]["questions"] == 2
+
+
+def test_halves_are_fixed_and_cover_the_ten_conversations():
+    assert {name: list(r) for name, r in locomo.HALVES.items()} == {
+        "A": [0, 1, 2, 3, 4],
+        "B": [5, 6, 7, 8, 9],
+    }
+    assert [locomo.half_of(i) for i in range(10)] == ["A"] * 5 + ["B"] * 5
+    assert locomo.other_half("A") == "B" and locomo.other_half("B") == "A"
+
+
+def test_plain_baseline_is_single_turns_own_words_unstemmed():
+    # Lower-cased words, stopwords and single characters dropped, nothing stemmed.
+    assert locomo.plain_tokens("What did Ada's sister say? She LIKES painting.") == [
+        "ada",
+        "sister",
+        "say",
+        "she",
+        "likes",
+        "painting",
+    ]
+    turns = [
+        ("D1:1", "I like painting landscapes."),
+        ("D1:2", "She likes painting too."),
+        ("D1:3", "The violin lessons start today."),
+    ]
+    # "likes" meets only the turn that says "likes" (no stemming); no neighbour's words count.
+    assert locomo.plain_ranked("Who likes painting?", turns) == ["D1:2", "D1:1"]
+    assert locomo.plain_ranked("violin", turns) == ["D1:3"]
+    assert locomo.plain_ranked("when?", turns) == []
+
+
+def test_choice_is_made_on_the_tuning_half_alone():
+    """A fake measure under which every step's best option on A is the worst on B: the
+    setting chosen on A is A's best, whatever B says, and the other way round."""
+    start = locomo.start_setting()
+
+    def score(setting: locomo.Setting) -> float:
+        t = setting.tuning
+        return (
+            (setting.stemmer == "snowball")
+            + t.context_weight
+            + t.time_boost
+            + t.time_after_days / 100
+        )
+
+    def measure(setting: locomo.Setting, half: str) -> float:
+        return score(setting) if half == "A" else -score(setting)
+
+    on_a, trail = locomo.choose(measure, "A")
+    assert on_a == locomo.Setting(
+        "snowball",
+        replace(
+            start.tuning,
+            context_weight=1.0,
+            time_boost=max(locomo.TIME_BOOSTS),
+            time_after_days=max(locomo.TIME_AFTER_DAYS),
+        ),
+    )
+    # Every option of every step is listed once, with its score on both halves.
+    assert [step for step, *_rest in trail].count("context weight") == 5
+    assert all(a == -b for _step, _label, a, b, _chosen in trail)
+    assert sum(chosen for *_rest, chosen in trail) == len(locomo.STEPS)
+    on_b, _trail = locomo.choose(measure, "B")
+    # On B the lowest options score best: no neighbours' words, the rest as they started.
+    assert on_b == locomo.Setting("suffix", replace(start.tuning, context_weight=0.0))
+
+
+def test_undoing_a_feature_restores_the_start_or_turns_it_off():
+    start = locomo.start_setting()
+    tuned = locomo.Setting("snowball", replace(start.tuning, context_weight=0.75, time_boost=0.5))
+    assert locomo.without(tuned, "stemmer") == replace(tuned, stemmer="suffix")
+    assert locomo.without(tuned, "context weight").tuning.context_weight == 0.0
+    assert locomo.without(tuned, "time").tuning.time_boost == 0.0
+    # The start is search before this tuning (b aside: the textbook one, never tuned).
+    assert (start.stemmer, start.tuning.context_weight, start.tuning.time_boost) == (
+        "suffix",
+        0.5,
+        0.0,
+    )
+    assert (start.tuning.k1, start.tuning.b) == (1.2, 0.75)
+
+
+def test_suffix_stemming_is_swapped_in_and_back():
+    from llm.text import tokenize
+
+    assert tokenize("liked painting") == ["like", "paint"]  # Snowball
+    with locomo.stemming("suffix"):
+        assert tokenize("liked painting") == ["lik", "paint"]
+    assert tokenize("liked painting") == ["like", "paint"]
