@@ -1,10 +1,19 @@
 """LoCoMo: does the memory that reaches the model hold the evidence for the question?
 
 Each LoCoMo conversation becomes one owner's sessions (speaker_a as user, speaker_b as
-assistant, session dates kept as the messages' times, read as UTC), optionally with its
-observations as facts whose provenance is their turn; consolidation and episodes run as in
-production (offline model). Then, for every question, a fresh turn is built (full path) and we
-measure:
+assistant, session dates kept as the messages' times, read as UTC); consolidation and episodes
+run as in production (offline model). Two modes, reported side by side (neither replaces the
+other):
+
+- observations (--observations): LoCoMo's own annotated observations loaded as facts whose
+  provenance is their turn: what injection can do with facts as good as a person's notes;
+- end-to-end (the default): only what Ethan kept itself: the facts its consolidator extracted
+  (offline model), each linked to the messages it was said in (Fact.sources), the episodes,
+  the messages. --warm-capacity N runs it with a smaller warm zone, a diagnostic of what
+  limits it (the default warm zone of 20 rounds is larger than most LoCoMo sessions, so
+  their facts are never extracted), never a tuned setting.
+
+Then, for every question, a fresh turn is built (full path) and we measure:
 
 - injection recall: the share of the question's evidence turns reached by that turn's system
   prompt and context (a turn is reached when its text is there, or an injected fact came from
@@ -234,11 +243,16 @@ def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str],
     with override_settings(ETHAN_INJECTION=mode):
         system = build_system(owner=loaded.owner, mode="work", path="full", text=question)
     context = build_context(session=session_start(owner=loaded.owner), current_input=question)
-    reached = {
-        loaded.message_turn[f.message_id]
-        for f in system.facts
-        if f.message_id in loaded.message_turn
-    }
+    from memory_app.models import Fact
+
+    # A fact reaches the turns it came from: its provenance (the observations' message, or the
+    # messages Ethan's own extraction linked it to).
+    said_in = {f.message_id for f in system.facts} | set(
+        Fact.sources.through.objects.filter(fact_id__in=[f.pk for f in system.facts]).values_list(
+            "message_id", flat=True
+        )
+    )
+    reached = {loaded.message_turn[m] for m in said_in if m in loaded.message_turn}
     prompt = system.text
     reached |= {dia for dia, text in loaded.turn_text.items() if len(text) > 20 and text in prompt}
     tokens = estimate_tokens(prompt) + sum(estimate_tokens(m.content) for m in context)
@@ -697,6 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         help="choose the search settings on one half, measure them on the other (message "
         "search only; needs all ten conversations)",
     )
+    parser.add_argument(
+        "--warm-capacity",
+        type=int,
+        default=None,
+        help="end-to-end diagnostic: extract once the warm zone covers N rounds (default 20)",
+    )
     parser.add_argument("--chart", type=Path, default=ROOT / "docs" / "locomo_recall.png")
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     args = parser.parse_args(argv)
@@ -727,15 +747,25 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 0
 
+    if args.warm_capacity:
+        os.environ["ETHAN_MEMORY_WARM_CAPACITY"] = str(args.warm_capacity)
+        from django.conf import settings
+
+        settings.ETHAN_MEMORY_WARM_CAPACITY = args.warm_capacity
     table = summarise(evaluate(samples, args.observations, progress))
     text = markdown(table)
     print(text)
     if not args.no_record:
         chart(table, args.chart)
         command = command_line("bench.locomo_recall", argv)
+        mode = (
+            "observations loaded as facts"
+            if args.observations
+            else "end-to-end: Ethan's own facts (offline extraction, provenance), no observations"
+            + (f", warm zone {args.warm_capacity} rounds" if args.warm_capacity else "")
+        )
         note = (
-            f"{len(samples)} conversations, observations "
-            f"{'loaded as facts' if args.observations else 'not loaded'}; "
+            f"{len(samples)} conversations, {mode}; "
             f"{time.perf_counter() - started:.0f} s. Chart: {args.chart.name}. Half B "
             "(conversations 5-9) is held back: the search settings were chosen on half A.\n\n"
         )
