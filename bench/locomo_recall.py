@@ -11,7 +11,8 @@ other):
   (offline model), each linked to the messages it was said in (Fact.sources), the episodes,
   the messages. --warm-capacity N runs it with a smaller warm zone, a diagnostic of what
   limits it (the default warm zone of 20 rounds is larger than most LoCoMo sessions, so
-  their facts are never extracted), never a tuned setting.
+  their facts are never extracted), never a tuned setting. Its chart is
+  docs/locomo_recall_no_observations.png (give --chart that path).
 
 Then, for every question, a fresh turn is built (full path) and we measure:
 

@@ -13,6 +13,7 @@ urlpatterns = [
     path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
+    path("memory/", include("agent_app.memory_page.urls")),
     path("api/", include("agent_app.urls")),
     path("api/", include("sessions_app.urls")),
     path("api/", include("memory_app.urls")),

@@ -191,3 +191,33 @@ class Summary(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id} rounds {self.first_round}-{self.last_round}"
+
+
+class MemoryReview(models.Model):
+    """The person's review of what Ethan remembered about them (the 新记住的 tab of /memory/).
+
+    Two kinds of row: with no fact, the owner's mark "I have looked at everything added up to
+    reviewed_at" ("keep all"; one per owner, moved forward); with a fact, "I keep this one"
+    (the fact then leaves the new list while the others wait). Forgetting needs no row: an
+    evicted fact is no longer listed anyway."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.CASCADE, related_name="memory_reviews"
+    )
+    fact = models.ForeignKey(Fact, models.CASCADE, null=True, blank=True, related_name="reviews")
+    reviewed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            # The owner's "reviewed up to" mark: one row, moved forward by "keep all".
+            models.UniqueConstraint(
+                fields=["owner"],
+                condition=models.Q(fact__isnull=True),
+                name="memoryreview_one_mark_per_owner",
+            ),
+            # A fact is kept once (it also indexes the new list's NOT EXISTS by fact).
+            models.UniqueConstraint(fields=["fact"], name="memoryreview_fact_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id} kept {self.fact_id or 'all'} at {self.reviewed_at:%Y-%m-%d %H:%M}"

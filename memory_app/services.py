@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,7 +20,7 @@ from ethan_site.limits import (
 )
 from memory_app import confidence as rules
 from memory_app import selectors
-from memory_app.models import Fact, FactEvent, Procedure
+from memory_app.models import Fact, FactEvent, MemoryReview, Procedure
 from memory_app.normalize import content_key, normalize
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import search_tokens, with_context
@@ -379,3 +380,117 @@ def procedure_edit(
     procedure.full_clean(exclude=["owner", *unchanged])
     procedure.save()
     return procedure
+
+
+@transaction.atomic
+def procedure_delete(*, procedure: Procedure) -> None:
+    """Delete a rule for good (switching it off keeps it, for later)."""
+    procedure.delete()
+
+
+def _status_after(events: Sequence[FactEvent]) -> str | None:
+    """A fact's status after these events (oldest first), read back from its history, which
+    records contents and confidences but not statuses: an add, a reinforcement or an update
+    leaves the fact active (only active facts are matched and updated); a supersede and an
+    evict say what they did; an edit that changes neither content nor confidence of a fact
+    that is not active is fact_set_status(ACTIVE) bringing it back (a category-only edit
+    would read the same; the page never makes one)."""
+    status = None
+    for event in events:
+        if event.event in (FactEvent.Kind.ADD, FactEvent.Kind.REINFORCE, FactEvent.Kind.UPDATE):
+            status = Fact.Status.ACTIVE
+        elif event.event == FactEvent.Kind.SUPERSEDE:
+            status = Fact.Status.SUPERSEDED
+        elif event.event == FactEvent.Kind.EVICT:
+            status = Fact.Status.EVICTED
+        elif (
+            status != Fact.Status.ACTIVE
+            and event.old_content == event.new_content
+            and event.old_confidence == event.new_confidence
+        ):
+            status = Fact.Status.ACTIVE
+    return status
+
+
+@transaction.atomic
+def fact_undo(*, fact: Fact, actor: str) -> Fact:
+    """Undo a fact's last change: its content, confidence and status go back to what they were
+    before its newest history event, and the undo is recorded as an event itself (actor
+    "<actor> (undo #<event id>)"), so undoing again re-does it. Hit count, category and source
+    links stay as they are. Refused (ValidationError) when the only event is the fact's
+    addition (forget it instead), and when bringing it back would make it a second active
+    copy of a fact the owner has."""
+    # One undo at a time per fact: the second reads the first's event as the last change.
+    fact = Fact.objects.select_for_update().get(pk=fact.pk)
+    events = list(fact.events.order_by("created_at", "id"))
+    if not events or events[-1].event == FactEvent.Kind.ADD:
+        raise ValidationError(
+            "nothing to undo: this is the fact as it was first remembered (forget it instead)"
+        )
+    last = events[-1]
+    old_content, old_confidence, old_status = fact.content, fact.confidence, fact.status
+    content = last.old_content or fact.content
+    confidence = fact.confidence if last.old_confidence is None else last.old_confidence
+    status = _status_after(events[:-1]) or fact.status
+    key = content_key(content)
+    if status == Fact.Status.ACTIVE:
+        twin = (
+            selectors.facts_for_owner(owner=fact.owner)
+            .filter(content_key=key, status=Fact.Status.ACTIVE)
+            .exclude(pk=fact.pk)
+            .first()
+        )
+        if twin is not None:
+            raise ValidationError(
+                f"an equal fact is already remembered (#{twin.pk}); forget that one first"
+            )
+    fact.content, fact.content_key, fact.confidence, fact.status = content, key, confidence, status
+    fact.search_tokens = fact_search_tokens(content, fact.message)
+    if status == Fact.Status.ACTIVE:
+        fact.superseded_by = None
+    fact.updated_at = timezone.now()
+    fact.save()
+    # The event's kind keeps the history readable by _status_after: a status put back is
+    # recorded as the change that makes it.
+    if status != old_status and status == Fact.Status.EVICTED:
+        kind = FactEvent.Kind.EVICT
+    elif status != old_status and status == Fact.Status.SUPERSEDED:
+        kind = FactEvent.Kind.SUPERSEDE
+    else:
+        kind = FactEvent.Kind.EDIT
+    _event(
+        fact,
+        kind,
+        actor=f"{actor} (undo #{last.pk})",
+        old_content=old_content,
+        old_confidence=old_confidence,
+    )
+    return fact
+
+
+@transaction.atomic
+def fact_keep(*, fact: Fact) -> MemoryReview:
+    """The person keeps a newly remembered fact: it leaves their list of new facts (the others
+    wait for their own decision). Keeping it twice is keeping it once."""
+    review, _ = MemoryReview.objects.get_or_create(fact=fact, defaults={"owner_id": fact.owner_id})
+    return review
+
+
+@transaction.atomic
+def memory_review_all(*, owner: AbstractBaseUser, until: datetime | None = None) -> MemoryReview:
+    """ "Keep all": every fact added up to `until` counts as looked at and kept. The page sends
+    the time it was shown, so a fact extracted while the person was reading is not approved
+    unseen; never later than now, and the mark only moves forward."""
+    now = timezone.now()
+    until = now if until is None else min(until, now)
+    mark, created = MemoryReview.objects.select_for_update().get_or_create(
+        owner=owner, fact=None, defaults={"reviewed_at": until}
+    )
+    if not created and mark.reviewed_at < until:
+        mark.reviewed_at = until
+        mark.save(update_fields=["reviewed_at"])
+    # Single keeps behind the mark say nothing more than the mark: the table stays small.
+    MemoryReview.objects.filter(
+        owner=owner, fact__isnull=False, fact__created_at__lte=mark.reviewed_at
+    ).delete()
+    return mark

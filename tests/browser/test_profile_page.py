@@ -18,14 +18,30 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def click_and_wait_for_the_next_page(browser, element_id: str) -> None:
-    """Click, then wait until the old page is gone: reading right away can find the previous
-    page's elements (and they go stale under the test)."""
+    """Click, then wait until the old page is gone and the new one is whole: reading right
+    away can find the previous page's elements (and they go stale under the test). On a busy
+    machine the element found can still belong to a page being replaced: it is found again
+    (the click had not happened, so nothing is sent twice)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old_page = browser.find_element(By.TAG_NAME, "html")
-    browser.find_element(By.ID, element_id).click()
-    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(old_page))
+    wait = WebDriverWait(browser, 20)
+    whole = lambda b: b.execute_script("return document.readyState") == "complete"  # noqa: E731
+    for attempt in range(3):
+        wait.until(whole)
+        old_page = browser.find_element(By.TAG_NAME, "html")
+        try:
+            wait.until(expected_conditions.element_to_be_clickable((By.ID, element_id))).click()
+            break
+        except (StaleElementReferenceException, WebDriverException) as exc:
+            replaced = isinstance(exc, StaleElementReferenceException) or (
+                "does not belong to the document" in str(exc)
+            )
+            if attempt == 2 or not replaced:
+                raise
+    wait.until(expected_conditions.staleness_of(old_page))
+    wait.until(whole)
 
 
 def set_editor(browser, text: str) -> None:
