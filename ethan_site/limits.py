@@ -39,6 +39,11 @@ PROFILE_ENTRY_MAX_CHARS = 10_000
 PROFILE_MAX_CHARS = 100_000
 
 
+# The longest search any door takes (GET /api/search, GET /api/sessions?q=, the MCP tools):
+# a search, not a document.
+SEARCH_QUERY_MAX_CHARS = 1_000
+
+
 def too_long(what: str, limit: int, length: int) -> str:
     """The one wording of a refusal: "a fact is at most 2000 characters; this one is 31000"."""
     return f"{what} is at most {limit} characters; this one is {length}"

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from ethan_site.api import paginate
+from ethan_site.limits import SEARCH_QUERY_MAX_CHARS
 from sessions_app import selectors, services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import ChatSession, Message
@@ -43,12 +44,21 @@ def session_or_404(request, session_id: str) -> ChatSession:
 
 
 class SessionsApi(APIView):
+    class SessionsQuery(serializers.Serializer):
+        # DRF's CharField refuses NUL characters (PostgreSQL cannot compare text with them): a
+        # 400, not a database error.
+        q = serializers.CharField(
+            required=False, allow_blank=True, max_length=SEARCH_QUERY_MAX_CHARS
+        )
+
     @extend_schema(
         parameters=[OpenApiParameter("q", str, description="search text")],
         responses=SessionOutput(many=True),
     )
     def get(self, request):
-        query = request.query_params.get("q", "").strip()
+        params = self.SessionsQuery(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query = params.validated_data.get("q", "").strip()
         owned = selectors.sessions_for_owner(owner=request.user)
         if query:
             ids = [

@@ -72,3 +72,13 @@ def test_list_queries_are_pinned(api_for, owner, make_session, count, django_ass
     session = ChatSession.objects.first()
     with django_assert_num_queries(4):
         assert api.get(f"/api/sessions/{session.pk}/messages").status_code == 200
+
+
+def test_a_search_with_a_nul_character_or_over_the_limit_is_a_400(api_for, owner, make_session):
+    """Found by schemathesis on PostgreSQL, which cannot compare text with NUL: a 503 before."""
+    make_session(owner, "hello", "hi")
+    api = api_for(owner)
+    nul = api.get("/api/sessions", {"q": "\x00"})
+    assert nul.status_code == 400 and "q" in nul.json()
+    assert api.get("/api/sessions", {"q": "x" * 1001}).status_code == 400
+    assert api.get("/api/sessions", {"q": "hello"}).json()["count"] == 1
