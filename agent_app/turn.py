@@ -248,6 +248,8 @@ class TurnStream:
     session: ChatSession
     events: Iterator[TurnEvent]
     token: str = ""  # the session's claim, given back when the turn ends or is stopped
+    # The user message this turn stored (None when it answers a stored one again).
+    question: Message | None = None
 
     def __iter__(self) -> Iterator[TurnEvent]:
         return self.events
@@ -280,25 +282,27 @@ def turn_start(plan: TurnPlan) -> TurnStream:
     if not session.is_persisted:
         session.model = plan.model
         with transaction.atomic():  # a history brought along is stored whole with its question
-            _store_question(plan, session)
-        return TurnStream(session=session, events=_events(plan, session, ""))
+            question = _store_question(plan, session)
+        return TurnStream(session=session, events=_events(plan, session, ""), question=question)
     try:
         # A free session (the usual case): claimed and the message stored in one transaction,
         # one commit before the model is called. A concurrent claimer waits on the row lock
         # for that commit, then finds the session claimed.
         with transaction.atomic():
             token = _claim(session, wait_seconds=0)
-            _store_question(plan, session)
+            question = _store_question(plan, session)
     except session_services.SessionBusy:
         # Another turn is on it: wait for it outside any transaction (the claim must be seen
         # by other connections as soon as it is made), then store.
         token = _claim(session, wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS)
         try:
-            _store_question(plan, session)
+            question = _store_question(plan, session)
         except BaseException:
             _release(session, token)
             raise
-    return TurnStream(session=session, events=_events(plan, session, token), token=token)
+    return TurnStream(
+        session=session, events=_events(plan, session, token), token=token, question=question
+    )
 
 
 def _claim(session: ChatSession, *, wait_seconds: float) -> str:
@@ -309,14 +313,17 @@ def _claim(session: ChatSession, *, wait_seconds: float) -> str:
     )
 
 
-def _store_question(plan: TurnPlan, session: ChatSession) -> None:
+def _store_question(plan: TurnPlan, session: ChatSession) -> Message | None:
     if session.is_persisted and session.model != plan.model:
         session_services.session_set_model(session=session, model=plan.model)
     session_services.session_reopen(session=session)
     for role, content in plan.history:
         session_services.message_append(session=session, role=role, content=content)
-    if not plan.again:
-        session_services.message_append(session=session, role=Message.Role.USER, content=plan.text)
+    if plan.again:
+        return None
+    return session_services.message_append(
+        session=session, role=Message.Role.USER, content=plan.text
+    )
 
 
 def _release(session: ChatSession | None, token: str) -> None:

@@ -200,16 +200,10 @@ def _answer(*, event: LarkEvent, user, chat_id: str, text: str) -> str | None:
         # stored, so the person sends it again (the chat keeps its session).
         log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
         return SESSION_BUSY
-    if not again:
+    if turn.question is not None:
         # Recorded before the model is called: if this worker dies now, the sweep finds the
         # question stored and never stores it twice.
-        question_id = (
-            Message.objects.filter(session=turn.session, role=Message.Role.USER)
-            .order_by("-seq")
-            .values_list("pk", flat=True)
-            .first()
-        )
-        LarkEvent.objects.filter(pk=event.pk).update(question=question_id)
+        LarkEvent.objects.filter(pk=event.pk).update(question=turn.question)
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
         session=turn.session, updated_at=timezone.now()
     )
