@@ -100,7 +100,7 @@ def layout_import(
     Sessions first: facts name their source messages, episodes their sessions."""
     report = ImportReport()
     notes = layout.notes
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # one import, one transaction: never part of another
         report.add(sessions_import(owner=owner, rows=layout.sessions, progress=progress))
         report.add(facts_import(owner=owner, rows=layout.facts, notes=notes))
         report.add(procedures_import(owner=owner, rows=layout.procedures, notes=notes))

@@ -279,27 +279,30 @@ def turn_start(plan: TurnPlan) -> TurnStream:
         session = session_services.session_start(
             owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
         )
+    # Durable: the message is committed before the model is called, so this is never part of
+    # a caller's transaction.
     if not session.is_persisted:
         session.model = plan.model
-        with transaction.atomic():  # a history brought along is stored whole with its question
-            question = _store_question(plan, session)
+        # A history brought along is stored whole with its question.
+        with transaction.atomic(durable=True):
+            question = _store_question(plan, session, claim=False)
         return TurnStream(session=session, events=_events(plan, session, ""), question=question)
     try:
-        # A free session (the usual case): claimed and the message stored in one transaction,
-        # one commit before the model is called. A concurrent claimer waits on the row lock
-        # for that commit, then finds the session claimed.
-        with transaction.atomic():
-            token = _claim(session, wait_seconds=0)
-            question = _store_question(plan, session)
+        # A free session (the usual case): claimed by the statement that stores the message
+        # (message_append), one commit before the model is called. A concurrent claimer waits
+        # on the row lock for that commit, then finds the session claimed.
+        with transaction.atomic(durable=True):
+            question = _store_question(plan, session, claim=True)
     except session_services.SessionBusy:
         # Another turn is on it: wait for it outside any transaction (the claim must be seen
         # by other connections as soon as it is made), then store.
-        token = _claim(session, wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS)
+        _claim(session, wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS)
         try:
-            question = _store_question(plan, session)
+            question = _store_question(plan, session, claim=False)
         except BaseException:
-            _release(session, token)
+            _release(session, session.turn_claim)
             raise
+    token = session.turn_claim
     return TurnStream(
         session=session, events=_events(plan, session, token), token=token, question=question
     )
@@ -313,23 +316,31 @@ def _claim(session: ChatSession, *, wait_seconds: float) -> str:
     )
 
 
-def _store_question(plan: TurnPlan, session: ChatSession) -> Message | None:
+def _store_question(plan: TurnPlan, session: ChatSession, *, claim: bool) -> Message | None:
+    """Store what the turn brings (inside the caller's transaction); with `claim`, claim the
+    session too, or raise SessionBusy (the claim's token is then `session.turn_claim`)."""
     if session.is_persisted and session.model != plan.model:
         session_services.session_set_model(session=session, model=plan.model)
     session_services.session_reopen(session=session)
     for role, content in plan.history:
         session_services.message_append(session=session, role=role, content=content)
     if plan.again:
+        if claim:
+            _claim(session, wait_seconds=0)
         return None
     return session_services.message_append(
-        session=session, role=Message.Role.USER, content=plan.text
+        session=session,
+        role=Message.Role.USER,
+        content=plan.text,
+        claim_stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS if claim else None,
     )
 
 
 def _release(session: ChatSession | None, token: str) -> None:
-    """Give the session back, whatever happened. A database that fails here is logged, not
-    raised: it must not hide the turn's own result, and the claim goes stale on its own."""
-    if not token or session is None:
+    """Give the session back, whatever happened (the reply's append gives it back itself). A
+    database that fails here is logged, not raised: it must not hide the turn's own result,
+    and the claim goes stale on its own."""
+    if not token or session is None or session.turn_claim != token:
         return
     try:
         session_services.session_turn_release(session=session, token=token)
@@ -397,7 +408,7 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
     try:
         yield Started(session_id=session.pk, path=plan.path, model=plan.model)
         try:
-            last = yield from _answer(plan, session, progress)
+            last = yield from _answer(plan, session, token, progress)
         except llm.ModelError as exc:
             unavailable = isinstance(exc, llm.ModelUnavailable)
             last = Failed(
@@ -419,7 +430,8 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
         # consolidation is queued when it has work (after the reply or the failure: the stored
         # message still counts as a round, and if the compression model is down too the task's
         # retries catch up), on a worker once this commits, or in-process after the reply
-        # (embedded mode); and the session is given back for the next turn.
+        # (embedded mode); and the session is given back for the next turn (by the reply's
+        # own append when there is one: then _release has nothing left to do).
         if progress.consolidation_due:
             enqueue(consolidate_session, session.pk)
         _release(session, token)
@@ -431,10 +443,10 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
 
 
 def _answer(
-    plan: TurnPlan, session: ChatSession, progress: _Progress
+    plan: TurnPlan, session: ChatSession, token: str, progress: _Progress
 ) -> Generator[TurnEvent, None, Done]:
     """The model's side: prompt, context, and the tool loop, streamed; returns the Done event
-    (the reply is stored by then)."""
+    (the reply is stored by then, and the session's claim `token` given back with it)."""
     path_settings = SETTINGS[plan.path]
     prompt = turn_prompt(plan=plan, session=session, stored=True)
     system, context = prompt.system, prompt.context
@@ -478,7 +490,10 @@ def _answer(
         # not run, and what it wrote is the reply.
         if not completion.tool_calls or step == max_calls:
             session_services.message_append(
-                session=session, role=Message.Role.ASSISTANT, content=completion.text
+                session=session,
+                role=Message.Role.ASSISTANT,
+                content=completion.text,
+                release_token=token,
             )
             return Done(
                 session_id=session.pk,
@@ -502,7 +517,7 @@ def _answer(
         tool_count += len(results)
 
 
-@transaction.atomic
+@transaction.atomic(durable=True)  # never inside a caller's: no transaction spans a model call
 def _tool_step_write(
     *, owner: AbstractBaseUser, session: ChatSession, completion: llm.Completion
 ) -> list[str]:

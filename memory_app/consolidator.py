@@ -87,7 +87,8 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
     text = llm_memory.summarize(
         model=model, rounds=rounds_messages(session=session, first=start + 1, last=end)
     )
-    with transaction.atomic():
+    # Durable, as every cursor move: another worker must see the cursor once this returns.
+    with transaction.atomic(durable=True):
         claimed = WorkingState.objects.filter(session=session, compressed_through=start).update(
             compressed_through=end, updated_at=timezone.now()
         )
@@ -239,7 +240,7 @@ def _extract_if_due(
     rolling = llm_memory.fold(
         model=model, rolling=state.rolling_summary, summaries=[summary.text for summary in warm]
     )
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         claimed = WorkingState.objects.filter(session=session, extracted_through=start).update(
             extracted_through=end, rolling_summary=rolling, updated_at=timezone.now()
         )

@@ -56,11 +56,15 @@ def verbatim_from(*, round_count: int, compressed_through: int, config: MemoryCo
     return max(1, compressed_through + 1, floor)
 
 
-def long_term_block(*, session: ChatSession, exclude_fact_ids=()) -> str:
+def long_term_block(*, session: ChatSession, state: WorkingState, exclude_fact_ids=()) -> str:
     """Facts this conversation's consolidation promoted to the cold zone, minus those already
     in <memory_context>: the most trusted first."""
     from memory_app.models import Fact
 
+    if not state.extracted_through:
+        # Only an extraction promotes facts, and it moves extracted_through in the same
+        # transaction: before the first one there is nothing to read.
+        return ""
     # The owner and status lead, so the fact_injection_order index serves the order and the
     # walk stops at the 15th fact of this session; by the session alone, every fact it ever
     # promoted was read and sorted on each turn (bench.turn_overhead).
@@ -78,18 +82,20 @@ def long_term_block(*, session: ChatSession, exclude_fact_ids=()) -> str:
     return "\n".join(f"- {content}" for content in facts)
 
 
-def summary_block(*, session: ChatSession, rolling: str, extracted_through: int = 0) -> str:
+def summary_block(*, session: ChatSession, state: WorkingState) -> str:
     """The rolling summary, then the newer warm summaries, oldest first."""
     from memory_app.models import Summary
 
+    parts = [state.rolling_summary.strip()] if state.rolling_summary.strip() else []
     # Every summary up to extracted_through is folded (an extraction folds all of them in the
     # transaction that moves the cursor), so the warm ones start after it: a range of the
-    # (session, first_round) index instead of every summary the session ever had.
-    warm = Summary.objects.filter(
-        session=session, first_round__gt=extracted_through, folded=False
-    ).order_by("first_round")
-    parts = [rolling.strip()] if rolling.strip() else []
-    parts += [text.strip() for text in warm.values_list("text", flat=True)]
+    # (session, first_round) index instead of every summary the session ever had; and while
+    # the warm zone is empty (compressed_through = extracted_through) there is none to read.
+    if state.compressed_through > state.extracted_through:
+        warm = Summary.objects.filter(
+            session=session, first_round__gt=state.extracted_through, folded=False
+        ).order_by("first_round")
+        parts += [text.strip() for text in warm.values_list("text", flat=True)]
     return "\n".join(parts)
 
 
@@ -148,17 +154,13 @@ def context_assemble(
 ) -> list[LLMMessage]:
     """[user "[长期记忆]\\n…", assistant "好的。", user "[对话摘要]\\n…", assistant "好的。",
     the verbatim rounds…]. A block with nothing in it is left out together with its 好的。
-    Two queries more once the session has a working state (its promoted facts, its warm
-    summaries)."""
+    A query more for each block the working state says can have something (promoted facts
+    once an extraction ran, warm summaries while the warm zone holds rounds)."""
     long_term = summary = ""
     state = parts.state
     if state is not None:
-        long_term = long_term_block(session=session, exclude_fact_ids=exclude_fact_ids)
-        summary = summary_block(
-            session=session,
-            rolling=state.rolling_summary,
-            extracted_through=state.extracted_through,
-        )
+        long_term = long_term_block(session=session, state=state, exclude_fact_ids=exclude_fact_ids)
+        summary = summary_block(session=session, state=state)
     context: list[LLMMessage] = []
     for label, text in ((LONG_TERM_LABEL, long_term), (SUMMARY_LABEL, summary)):
         if text.strip():

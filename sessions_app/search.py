@@ -275,7 +275,7 @@ def messages_reindex(session_ids: list[str]) -> int:
     session), so an append cannot slip its words in between the read and the write."""
     from sessions_app.models import ChatSession, Message
 
-    with transaction.atomic():
+    with transaction.atomic(durable=True):  # a batch commits on its own: locks are short
         list(ChatSession.objects.select_for_update().filter(pk__in=session_ids).values_list("pk"))
         messages = list(
             Message.objects.filter(session_id__in=session_ids)
@@ -298,7 +298,7 @@ def rows_reindex(queryset: QuerySet, tokens_of: Callable[[Any], str]) -> int:
     """Rewrite the search tokens of `queryset`'s rows (a batch: facts, episodes) with
     `tokens_of(row)`, in one transaction; returns how many changed (up-to-date rows are not
     written)."""
-    with transaction.atomic():
+    with transaction.atomic(durable=True):
         changed = []
         for row in queryset.select_for_update(of=("self",)):
             fresh = tokens_of(row)

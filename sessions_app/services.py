@@ -6,7 +6,8 @@ import getpass
 import logging
 import secrets
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -127,8 +128,16 @@ def message_append(
     tool_calls: list[dict[str, Any]] | None = None,
     tool_call_id: str = "",
     interrupted: bool = False,
+    claim_stale_seconds: float | None = None,
+    release_token: str = "",
 ) -> Message:
-    """Append one message; the first one writes the session row itself."""
+    """Append one message; the first one writes the session row itself.
+
+    A turn's first and last writes carry its claim on the session (session_turn_claim) in the
+    same statement that takes the message's seq: `claim_stale_seconds` claims a persisted
+    session with the append (free, or its claim older than that; else SessionBusy and nothing
+    written; the token is then `session.turn_claim`), `release_token` gives the claim back
+    with it (the reply). Two statements fewer per turn than claiming and releasing apart."""
     now = timezone.now()
     message = Message(
         session=session,
@@ -144,17 +153,53 @@ def message_append(
     message.full_clean(
         exclude=["session", "seq"], validate_unique=False, validate_constraints=False
     )
+    claim = None
+    if claim_stale_seconds is not None:
+        if not session.is_persisted:
+            raise ValueError("only a stored session is claimed for a turn")
+        claim = _Claim(
+            token=secrets.token_hex(16),
+            stale_before=now - timedelta(seconds=claim_stale_seconds),
+        )
     # Inside a caller's transaction (the turn's claim and question, a tool step) the append
     # is part of it: no savepoint of its own (two statements fewer per append), and a
     # database error undoes the whole of the caller's transaction, which every caller wants.
     # The refusals above come first, outside it: they leave a caller's transaction usable.
     with transaction.atomic(savepoint=False):
-        return _message_write(session=session, message=message, now=now)
+        written = _message_write(
+            session=session, message=message, now=now, claim=claim, release=release_token
+        )
+    if written is None:
+        # Raised out here, like the refusals above: the claim's UPDATE matched no row and
+        # wrote nothing, so the caller's transaction stays usable.
+        raise SessionBusy(session.pk)
+    return written
 
 
-def _message_write(*, session: ChatSession, message: Message, now) -> Message:
-    """The writes of message_append: the session row for its first message, the next seq,
-    the search tokens (this message's and its predecessor's), the message."""
+@dataclass(frozen=True)
+class _Claim:
+    token: str
+    stale_before: datetime
+
+
+@dataclass(frozen=True)
+class _Seq:
+    """What claiming a seq hands back: the new seq and round count, the session's claim after
+    the statement, and the last spoken message before the new one (id and content; None when
+    there is none, or the new message is tool traffic and needs none)."""
+
+    seq: int
+    round_count: int
+    turn_claim: str
+    previous: tuple[int, str] | None
+
+
+def _message_write(
+    *, session: ChatSession, message: Message, now, claim: _Claim | None, release: str
+) -> Message | None:
+    """The writes of message_append: the session row for its first message, the next seq
+    (with the turn's claim or release), the search tokens (this message's and its
+    predecessor's), the message. None when the claim was refused (another turn holds it)."""
     role, content = message.role, message.content
     if not session.is_persisted:
         if role == Message.Role.USER:
@@ -167,20 +212,29 @@ def _message_write(*, session: ChatSession, message: Message, now) -> Message:
     # Claim the next seq. The UPDATE takes the session row's write lock until commit, so
     # concurrent appends to one session queue here and each reads the seq it just wrote; a
     # rolled-back append gives its seq back, so seqs stay gap-free.
-    message.seq, session.round_count = _next_seq(
-        session=session, is_round=message_opens_round(role), now=now
+    claimed = _next_seq(
+        session=session,
+        is_round=message_opens_round(role),
+        spoken=role in SPOKEN,
+        now=now,
+        claim=claim,
+        release=release,
     )
+    if claimed is None:
+        return None
+    message.seq, session.round_count = claimed.seq, claimed.round_count
+    if claim is not None:
+        session.turn_claim, session.turn_claimed_at = claim.token, now
+    if release:
+        if claimed.turn_claim:
+            log.warning("session %s: the turn's claim was no longer held at release", session.pk)
+        if session.turn_claim == release:
+            session.turn_claim, session.turn_claimed_at = "", None
     message.session = session  # the insert may have drawn a new id after a collision
     if role in SPOKEN:
         # Search tokens carry the neighbouring turns (message_search_tokens): this message
         # gets the previous turn's words, and the previous turn gets this one's.
-        previous = (
-            Message.objects.filter(session=session, seq__lt=message.seq, role__in=SPOKEN)
-            .exclude(content="")
-            .order_by("-seq")
-            .values_list("pk", "content")
-            .first()
-        )
+        previous = claimed.previous
         message.search_tokens, gained = message_search_tokens(
             role=role, content=content, previous=previous[1] if previous else ""
         )
@@ -194,24 +248,59 @@ def _message_write(*, session: ChatSession, message: Message, now) -> Message:
     return message
 
 
-def _next_seq(*, session: ChatSession, is_round: bool, now) -> tuple[int, int]:
-    """Claim the session's next seq (and count a round) in one statement: UPDATE … RETURNING
-    (SQLite 3.35+, PostgreSQL), the new last_seq and round_count."""
-    table = ChatSession._meta.db_table
+def _next_seq(
+    *, session: ChatSession, is_round: bool, spoken: bool, now, claim: _Claim | None, release: str
+) -> _Seq | None:
+    """Claim the session's next seq (and count a round) in one statement, UPDATE … RETURNING
+    (SQLite 3.35+, PostgreSQL): with it, a turn's claim taken or given back, and for a spoken
+    message the last spoken one before it (scalar subqueries of the RETURNING, over the
+    (session, seq) index: it is the row just before, or a few tool messages back). None when
+    the claim was refused."""
+    chat, messages = ChatSession._meta.db_table, Message._meta.db_table
+    field = ChatSession._meta.get_field("updated_at")
+    stamp = lambda value: field.get_db_prep_value(value, connection)  # noqa: E731
+    sets = ["last_seq = last_seq + 1", "round_count = round_count + %s", "updated_at = %s"]
+    where = ["id = %s"]
+    set_params: list[Any] = [int(is_round), stamp(now)]
+    where_params: list[Any] = [session.pk]
+    if claim is not None:
+        # The same condition as session_turn_claim: free, or its claim gone stale.
+        sets += ["turn_claim = %s", "turn_claimed_at = %s"]
+        set_params += [claim.token, stamp(now)]
+        where.append("(turn_claim = '' OR turn_claimed_at < %s)")
+        where_params.append(stamp(claim.stale_before))
+    if release:
+        # Conditional on the token, as session_turn_release: a claim that went stale and was
+        # taken over stays with the turn that has it. (SET's right-hand sides read the row
+        # as it was, so both CASEs see the old claim.)
+        sets += [
+            "turn_claim = CASE WHEN turn_claim = %s THEN '' ELSE turn_claim END",
+            "turn_claimed_at = CASE WHEN turn_claim = %s THEN NULL ELSE turn_claimed_at END",
+        ]
+        set_params += [release, release]
+    returning = ["last_seq", "round_count", "turn_claim"]
+    returning_params: list[Any] = []
+    if spoken:
+        previous = (
+            f"(SELECT {{}} FROM {messages} WHERE session_id = {chat}.id AND seq < {chat}.last_seq"
+            " AND role IN (%s, %s) AND content <> '' ORDER BY seq DESC LIMIT 1)"
+        )
+        returning += [previous.format("id"), previous.format("content")]
+        returning_params += [*SPOKEN, *SPOKEN]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET last_seq = last_seq + 1, round_count = round_count + %s, "
-            "updated_at = %s WHERE id = %s RETURNING last_seq, round_count",
-            [
-                int(is_round),
-                ChatSession._meta.get_field("updated_at").get_db_prep_value(now, connection),
-                session.pk,
-            ],
+            f"UPDATE {chat} SET {', '.join(sets)} WHERE {' AND '.join(where)} "
+            f"RETURNING {', '.join(returning)}",
+            set_params + where_params + returning_params,
         )
         row = cursor.fetchone()
     if row is None:
+        exists = ChatSession.objects.filter(pk=session.pk).exists()
+        if claim is not None and exists:
+            return None
         raise ChatSession.DoesNotExist(f"session {session.pk} does not exist")
-    return row[0], row[1]
+    previous_row = (row[3], row[4]) if spoken and row[3] is not None else None
+    return _Seq(seq=row[0], round_count=row[1], turn_claim=row[2], previous=previous_row)
 
 
 def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_seconds: float) -> str:

@@ -181,7 +181,8 @@ def lark_webhook(request: HttpRequest) -> JsonResponse:
     if not event_id:
         return _refuse(400, "no event_id")
     try:
-        with transaction.atomic():
+        # Durable: the event is committed (and its task published) before Lark gets its 200.
+        with transaction.atomic(durable=True):
             event = LarkEvent.objects.create(
                 event_id=event_id[:128],
                 event_type=_event_type(body)[:64],

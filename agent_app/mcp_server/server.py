@@ -467,7 +467,7 @@ def _refusals() -> Iterator[None]:
     """A service's refusal as a tool error with its reason; nothing was written (each service
     call is one transaction)."""
     try:
-        with transaction.atomic():
+        with transaction.atomic(durable=True):
             yield
     except ValidationError as exc:
         raise ToolError(refusal_text(exc)) from None

@@ -128,10 +128,15 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
     for n in range(facts):
         fact(owner, f"f{n}", 0.9)
     ProfileSection.objects.create(owner=owner, key="goals", content="- x")
+    # A session past its first extraction (round 1, folded into the rolling summary) with a
+    # warm summary (round 2) still on its own: both blocks have something to read.
     WorkingState.objects.create(
-        session=session, compressed_through=rounds // 2, rolling_summary="earlier"
+        session=session,
+        compressed_through=max(2, rounds // 2),
+        extracted_through=1,
+        rolling_summary="earlier",
     )
-    Summary.objects.create(session=session, first_round=1, last_round=1, text="s", model="m")
+    Summary.objects.create(session=session, first_round=2, last_round=2, text="s", model="m")
     # procedures, facts, profile sections; then the working state, the promoted facts, the
     # warm summaries and the verbatim messages (where they start is a subquery of theirs).
     # (Marking the injected facts is the turn's own step: one UPDATE more.)
@@ -164,12 +169,13 @@ def test_a_whole_turn_costs_the_same_queries_at_any_history_size(
         turn_count=3,
     )
     WorkingState.objects.create(session=session, compressed_through=rounds // 2)
-    # The question (claim; seq UPDATE … RETURNING; the previous turn's tokens: SELECT,
-    # UPDATE; INSERT), the prompt and context (working state, verbatim rounds, procedures,
-    # facts, profile, episodes, promoted facts, warm summaries; marking the injected facts),
-    # the reply (seq, the previous turn's tokens, INSERT) and the claim given back: 19, plus
-    # the SAVEPOINT and RELEASE that the question's transaction is inside the test's.
-    with django_assert_num_queries(21):
+    # The question (the session's claim, seq and the previous spoken turn: one UPDATE …
+    # RETURNING; that turn's tokens: UPDATE; INSERT), the prompt and context (working state,
+    # verbatim rounds, procedures, facts, profile, episodes, warm summaries: no promoted facts
+    # before an extraction; marking the injected facts), the reply (seq, previous turn and the
+    # claim given back: UPDATE … RETURNING; the question's tokens; INSERT): 14, plus the
+    # SAVEPOINT and RELEASE that the question's transaction is inside the test's.
+    with django_assert_num_queries(16):
         turn_run(
             owner=owner,
             session=session,
@@ -200,7 +206,11 @@ def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
         ("assistant", "好的。"),
         ("user", "q2"),
     ]
-    WorkingState.objects.filter(session=session).update(rolling_summary="更早：Y")
+    # An extraction (of round 1) folds into the rolling summary and promotes facts.
+    WorkingState.objects.filter(session=session).update(
+        rolling_summary="更早：Y", extracted_through=1
+    )
+    Summary.objects.filter(session=session).update(first_round=2)
     promoted = fact(owner, "用户是开发者", 0.8)
     Fact.objects.filter(pk=promoted.pk).update(session=session, source="consolidator")
     with_blocks = build_context(session=session)
@@ -508,3 +518,19 @@ def test_resumed_session_keeps_its_mode_and_switches_model(owner, fakes):
     third = turn_run(owner=owner, session=ChatSession.objects.get(pk=first.session.pk), text="好")
     assert third.model == "gpt-4o"
     assert [r.body["model"] for r in openai.fake.requests] == ["gpt-4o", "gpt-4o"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_is_never_part_of_a_callers_transaction(owner, llm_config):
+    """The question must be committed before the model is called, and no transaction may span
+    a model call: turn_start's transaction is durable, so a caller's refuses it at once."""
+    from django.db import transaction
+
+    from agent_app.turn import turn_plan, turn_start
+
+    plan = turn_plan(owner=owner, session=None, text="hello", model="offline")
+    with transaction.atomic(), pytest.raises(RuntimeError, match="durable"):
+        turn_start(plan)
+    assert not Message.objects.exists()
+    # Outside one, the same plan runs.
+    assert turn_run(owner=owner, session=None, text="hello", model="offline").reply

@@ -21,7 +21,7 @@ def test_turn_overhead_grid_is_well_formed_and_costs_the_same_queries():
             assert 0 < p50 <= p95
         assert cell.model_ms[1] < cell.turn_ms[1]
     # One query count, the same at both history sizes and both fact-store sizes.
-    assert len({cell.queries for cell in cells}) == 1
+    assert len({cell.queries_every_read for cell in cells}) == 1
     assert len(cells[0].queries) == 1
     assert turn_overhead.targets(cells)[0] is True
 

@@ -22,7 +22,7 @@ def test_full_path_grid_reads_the_whole_prompt_at_the_same_query_count():
         (10, 10, "full"),
         (60, 10, "full"),
     ]
-    assert len({cell.queries for cell in cells}) == 1
+    assert len({cell.queries_every_read for cell in cells}) == 1
     # What the full path's prompt reads is there to be read.
     assert Procedure.objects.count() == len(turn_overhead.RULES)
     assert ProfileSection.objects.count() == len(turn_overhead.PROFILE)

@@ -252,10 +252,10 @@ def test_local_user_is_created_once_without_a_password(db, settings):
 
 def test_append_queries_are_constant(owner, make_session, django_assert_num_queries):
     session = make_session(owner, "first", "second")
-    # UPDATE the counter RETURNING it, SELECT the previous turn and UPDATE its search tokens,
+    # UPDATE the counter RETURNING it and the previous turn, UPDATE that turn's search tokens,
     # INSERT the message (no savepoint inside the caller's transaction, here the test's).
     # The same however long the session is.
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(3):
         services.message_append(session=session, role="user", content="third")
 
 

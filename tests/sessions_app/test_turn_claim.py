@@ -86,3 +86,81 @@ def test_claiming_a_deleted_session_says_so_at_once(owner, make_session):
     ChatSession.objects.filter(pk=session.pk).delete()
     with pytest.raises(ChatSession.DoesNotExist):
         claim(session, wait=5)
+
+
+# --- a turn's first and last appends carry the claim (message_append) -------------------------
+
+
+def append(session: ChatSession, role: str, content: str, **turn) -> Message:
+    return services.message_append(session=session, role=role, content=content, **turn)
+
+
+def test_the_question_claims_and_the_reply_releases_in_their_own_statements(
+    owner, make_session, django_assert_num_queries
+):
+    session = make_session(owner, "hi", "hello")
+    # The seq, the claim and the previous turn in one UPDATE … RETURNING; the previous turn's
+    # tokens; the INSERT.
+    with django_assert_num_queries(3):
+        question = append(session, "user", "plan the launch", claim_stale_seconds=900)
+    token = session.turn_claim
+    assert len(token) == 32 and row(session)[0] == token
+    with pytest.raises(SessionBusy):  # the claim is a real one
+        claim(ChatSession.objects.get(pk=session.pk))
+    with django_assert_num_queries(3):
+        reply = append(session, "assistant", "first the date", release_token=token)
+    assert row(session) == ("", None) and session.turn_claim == ""
+    assert (question.seq, reply.seq) == (3, 4)
+    assert ChatSession.objects.values_list("last_seq", "round_count").get(pk=session.pk) == (4, 2)
+    # The neighbours' words, as they were before claims rode on the append.
+    question.refresh_from_db()
+    assert "date" in question.search_tokens and "hello" in question.search_tokens
+    assert "launch" in reply.search_tokens
+
+
+def test_a_question_on_a_claimed_session_is_refused_and_writes_nothing(owner, make_session):
+    session = make_session(owner, "hi", "hello")
+    held = claim(session)
+    before = ChatSession.objects.values().get(pk=session.pk)
+    with pytest.raises(SessionBusy):
+        append(ChatSession.objects.get(pk=session.pk), "user", "again?", claim_stale_seconds=900)
+    assert ChatSession.objects.values().get(pk=session.pk) == before
+    assert session.messages.count() == 2 and row(session)[0] == held
+
+
+def test_a_question_takes_over_a_stale_claim(owner, make_session):
+    session = make_session(owner, "hi", "hello")
+    dead = claim(session)
+    ChatSession.objects.filter(pk=session.pk).update(
+        turn_claimed_at=timezone.now() - timedelta(seconds=901)
+    )
+    fresh = ChatSession.objects.get(pk=session.pk)
+    append(fresh, "user", "anyone there?", claim_stale_seconds=900)
+    assert fresh.turn_claim not in ("", dead) and row(session)[0] == fresh.turn_claim
+
+
+def test_a_reply_whose_claim_was_taken_over_leaves_the_new_one(owner, make_session, caplog):
+    session = make_session(owner, "hi", "hello")
+    append(session, "user", "slow one", claim_stale_seconds=900)
+    mine = session.turn_claim
+    ChatSession.objects.filter(pk=session.pk).update(turn_claim="someone-else")
+    append(session, "assistant", "late answer", release_token=mine)
+    assert row(session)[0] == "someone-else"
+    assert "no longer held" in caplog.text
+
+
+def test_a_question_on_a_deleted_session_says_so(owner, make_session):
+    session = make_session(owner, "hi", "hello")
+    ChatSession.objects.filter(pk=session.pk).delete()
+    with pytest.raises(ChatSession.DoesNotExist):
+        append(session, "user", "hello?", claim_stale_seconds=900)
+
+
+def test_the_previous_turn_is_found_past_tool_traffic(owner, make_session):
+    session = make_session(owner, "book a table", "")
+    Message.objects.filter(session=session, role="assistant").update(
+        tool_calls=[{"id": "c1", "name": "memory_search", "arguments": {}}]
+    )
+    append(session, "tool", "no results", tool_call_id="c1")
+    reply = append(session, "assistant", "which restaurant")
+    assert "book" in reply.search_tokens.split("|")[1]  # the question's words, past the tools
