@@ -38,7 +38,8 @@ from profile_app.selectors import profile_is_empty, render_profile
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
 from sessions_app.rounds import conversation
-from sessions_app.services import message_search_tokens, title_from
+from sessions_app.search import message_search_tokens
+from sessions_app.services import title_from
 
 # What the offline model answers, give or take: the minimal turn has no model.
 ID_ATTEMPTS = 10

@@ -4,7 +4,7 @@ content, tool_calls, tool_call_id), in rowid order.
 
 Read: validated into plain rows. Import: in bulk and idempotent (sessions by id, messages by
 position in their session), with the fields an append derives from the same functions
-message_append uses (services.message_search_tokens, services.message_opens_round). Export:
+message_append uses (search.message_search_tokens, services.message_opens_round). Export:
 the same file back.
 """
 
@@ -24,7 +24,8 @@ from django.utils import timezone
 
 from ethan_site.layout import BATCH, Imported, LayoutError, epoch, file_time
 from sessions_app.models import ChatSession, Message
-from sessions_app.services import SPOKEN, message_opens_round, message_search_tokens
+from sessions_app.search import SPOKEN, message_search_tokens
+from sessions_app.services import message_opens_round
 
 SESSIONS_DB = "sessions.db"
 

@@ -238,33 +238,36 @@ def newest_matching(
 # --- rebuilding stored tokens (after the tokenizer changed: ethan_reindex) -----------------
 
 
+# The turns whose words a message's search tokens carry: what the person and the assistant said
+# (tool traffic has none of its own). The values of sessions_app.models.Message.Role.
 SPOKEN = ("user", "assistant")
+
+
+def message_search_tokens(*, role: str, content: str, previous: str) -> tuple[str, str]:
+    """The search tokens of a message appended after `previous` (the content of the session's
+    last spoken turn before it, "" when there is none), and the tokens that previous turn
+    gains. A spoken turn carries its neighbours' words (with_context): the previous turn's
+    when it is appended, the next turn's when that one comes. The one rule for the column:
+    message_append, the import (sessions_app.files) and a reindex all derive it here."""
+    if role not in SPOKEN:
+        return "", ""
+    own = search_tokens(content)
+    return with_context(own, previous), own.lstrip()
 
 
 def session_message_tokens(messages: Iterable[tuple[Any, str, str]]) -> dict[Any, str]:
     """The search_tokens message_append writes, for one session's (pk, role, content) in seq
-    order: a user or assistant message gets its own words, then the previous turn's and the
-    next one's (a turn with content; the next counts only when it has words); other roles get
-    none."""
-    rows = list(messages)
-    tokens = {pk: "" for pk, _role, _content in rows}
-    turns = [(pk, content) for pk, role, content in rows if role in SPOKEN]
-    # The turns with content, in order: each turn's previous one and its next one are there.
-    said = [n for n, (_pk, content) in enumerate(turns) if content != ""]
-    previous, following = {}, {}
-    for a, b in itertools.pairwise(said):
-        following[a] = b
-    last = None
-    for n, (_pk, content) in enumerate(turns):
-        previous[n] = last
-        if content != "":
-            last = n
-    for n, (pk, content) in enumerate(turns):
-        around = [turns[previous[n]][1]] if previous[n] is not None else []
-        nxt = following.get(n) if content != "" else None
-        if nxt is not None and search_tokens(turns[nxt][1]):
-            around.append(turns[nxt][1])
-        tokens[pk] = with_context(search_tokens(content), "\n".join(around))
+    order: each message appended in turn (message_search_tokens)."""
+    tokens: dict[Any, str] = {}
+    last: tuple[Any, str] | None = None  # the last spoken turn with content: (pk, content)
+    for pk, role, content in messages:
+        tokens[pk], gained = message_search_tokens(
+            role=role, content=content, previous=last[1] if last else ""
+        )
+        if last is not None and gained:
+            tokens[last[0]] += gained
+        if role in SPOKEN and content != "":
+            last = (pk, content)
     return tokens
 
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import search_tokens, with_context
+from sessions_app.search import SPOKEN, message_search_tokens
 
 log = logging.getLogger(__name__)
 
@@ -39,27 +39,10 @@ class SessionBusy(Exception):
         super().__init__(f"session {session_id} is still answering an earlier message")
 
 
-# The turns whose words a message's search tokens carry: what the person and the assistant said
-# (tool traffic has none of its own).
-SPOKEN = (Message.Role.USER, Message.Role.ASSISTANT)
-
-
 def message_opens_round(role: str) -> bool:
     """A user message opens a round: ChatSession.round_count counts them, last_seq all
     messages (the derived counters of a session, kept by message_append and by an import)."""
     return role == Message.Role.USER
-
-
-def message_search_tokens(*, role: str, content: str, previous: str) -> tuple[str, str]:
-    """The search tokens of a message appended after `previous` (the content of the session's
-    last spoken turn before it, "" when there is none), and the tokens that previous turn
-    gains. A spoken turn carries its neighbours' words (sessions_app.search.with_context): the
-    previous turn's when it is appended, the next turn's when that one comes. message_append
-    and the bulk import (sessions_app.files) both derive the column here."""
-    if role not in SPOKEN:
-        return "", ""
-    own = search_tokens(content)
-    return with_context(own, previous), own.lstrip()
 
 
 def title_from(text: str) -> str:
