@@ -151,7 +151,7 @@ def test_a_whole_turn_costs_the_same_queries_at_any_history_size(
 ):
     """A full-path turn with real text, the offline model, a profile, facts, an episode to
     recall and a session that has consolidated: the same count at every size (issue target
-    12; where the rest go is in docs/benchmarks.md, "Turn queries")."""
+    12; where the rest go is in docs/benchmarks.md, "Lean hot path: notes")."""
     from episodes_app.models import Episode
 
     session = _history(owner, rounds)
