@@ -100,6 +100,9 @@ class LarkEvent(models.Model):
     note = models.TextField(blank=True)  # why it was ignored or failed
     received_at = models.DateTimeField(default=timezone.now)
     processed_at = models.DateTimeField(null=True, blank=True)
+    # When its handling task was published (lark_events_dispatch). A received event with none
+    # lost its wake-up, one queued long ago lost its task: the sweep queues both again.
+    queued_at = models.DateTimeField(null=True, blank=True)
     # When a worker took it (status processing). One still processing long after this belongs
     # to a worker that died: the sweep (channels.lark_reclaim) takes it back.
     claimed_at = models.DateTimeField(null=True, blank=True)

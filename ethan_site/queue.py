@@ -78,6 +78,53 @@ def enqueue(task: Task, *args: Any) -> None:
         transaction.on_commit(lambda: _send(task, args))
 
 
+# How long a wake-up is remembered when the run it published never starts (the broker lost
+# it): afterwards the next trigger publishes again, and the periodic sweeps find the rest.
+WAKE_SECONDS = 30
+
+
+def enqueue_coalesced(task: Task, *, key: str) -> None:
+    """Run `task()` in the background after the current transaction commits, like enqueue,
+    unless a run queued under `key` has not started yet: a burst of triggers then publishes
+    once (the Lark webhook: one publish per burst of events rather than one per event, which
+    was the largest part of an acknowledgement's CPU).
+
+    The task must call coalesced_started(key) first and then take all the work there is: a
+    trigger that found the flag set left its work to it. No wake-up is lost: a trigger's work
+    is committed before it looks at the flag, and the run clears the flag before it reads the
+    work, so either the trigger sees no flag and publishes, or the run reads its work.
+
+    The flag lives in the cache, which must be one for every process (Redis: settings'
+    ETHAN_CACHE_SHARED); without one, and in embedded mode (publishing costs nothing there),
+    every trigger queues its own run."""
+    if settings.ETHAN_EMBEDDED or not settings.ETHAN_CACHE_SHARED:
+        enqueue(task)
+        return
+    transaction.on_commit(lambda: _wake(task, key))
+
+
+def _wake(task: Task, key: str) -> None:
+    from django.core.cache import cache
+
+    try:
+        first = cache.add(f"wake:{key}", 1, timeout=WAKE_SECONDS)
+    except Exception:  # a cache that is down: publish, as if nothing were coalesced
+        first = True
+    if first:
+        _send(task, ())
+
+
+def coalesced_started(key: str) -> None:
+    """A coalesced run has started: from now on a trigger publishes a new run (its work may
+    come after this run has read what there is)."""
+    from django.core.cache import cache
+
+    try:
+        cache.delete(f"wake:{key}")
+    except Exception as exc:  # the flag then expires by itself after WAKE_SECONDS
+        log.warning("could not clear the wake-up %s: %s", key, type(exc).__name__)
+
+
 def _send(task: Task, args: tuple[Any, ...]) -> None:
     """Publish to the broker. With the broker down, the person still gets their reply: the
     failure is logged and the work is picked up later (the next turn of that session enqueues

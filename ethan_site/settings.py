@@ -307,6 +307,9 @@ _cache_url = _config.get("ETHAN_CACHE_URL", "", str) or (
     if _config.get("CELERY_BROKER_URL", "", str).startswith(("redis://", "rediss://"))
     else ""
 )
+# Whether every process on every machine sees the same cache: ethan_site.queue's coalesced
+# wake-ups need it (one machine's flag cleared by another machine's worker).
+ETHAN_CACHE_SHARED = bool(_cache_url)
 if _cache_url:
     if not _cache_url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(

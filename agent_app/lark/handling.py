@@ -1,7 +1,9 @@
 """Handling one stored Lark event: who said what, in which session, and the reply; and taking
 back the events whose worker died while answering them (lark_events_reclaim).
 
-No message is left unanswered and none is answered twice: a worker claims an event with a
+The webhook stores an event and wakes the dispatcher (lark_events_dispatch), which queues a
+handling task per event. No message is left unanswered and none is answered twice: a worker
+claims an event with a
 conditional update (status received -> processing, claimed_at); the turn records the user
 message it stored on the event; the reply carries the event id as Lark's idempotency uuid, so
 Lark shows a second identical reply once only. An event still processing long after its claim
@@ -24,9 +26,11 @@ from django.utils import timezone
 
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
+from agent_app.lark.tasks import DISPATCH_WAKE, dispatch_lark_events, handle_lark_event
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from agent_app.turn import Done, Failed, TurnInputError, turn_plan, turn_start
+from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
 from sessions_app.models import ChatSession, Message
 from sessions_app.services import SessionBusy
 
@@ -94,6 +98,60 @@ def _finish(event: LarkEvent, status: str, note: str = "") -> str:
         status=status, note=note[:2000], processed_at=timezone.now()
     )
     return status
+
+
+# Events queued per dispatch run; a full batch queues the next run.
+DISPATCH_BATCH = 500
+# An event still unanswered after this long is given up (marked failed), not answered: a reply
+# that late would be to a conversation the person has left.
+GIVE_UP_AFTER = timedelta(days=1)
+
+
+def lark_events_dispatch() -> int:
+    """Queue one handling task for each stored event that has none yet; returns how many.
+
+    The webhook only stores an event and wakes this (once per burst: enqueue_coalesced), so
+    that publishing, the costliest part of an acknowledgement, happens here on a worker. Each
+    event still gets a task of its own, so the workers answer a burst side by side. An event
+    is marked queued by a conditional update: two dispatch runs never queue it twice."""
+    coalesced_started(DISPATCH_WAKE)
+    waiting = list(
+        LarkEvent.objects.filter(status=LarkEvent.Status.RECEIVED, queued_at=None)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:DISPATCH_BATCH]
+    )
+    queued = 0
+    for pk in waiting:
+        if LarkEvent.objects.filter(pk=pk, queued_at=None).update(queued_at=timezone.now()):
+            enqueue(handle_lark_event, pk)
+            queued += 1
+    if len(waiting) == DISPATCH_BATCH:
+        enqueue(dispatch_lark_events)
+    return queued
+
+
+def lark_events_requeue() -> int:
+    """For the sweep: events whose wake-up was lost (received, never queued, for longer than a
+    wake-up is remembered) or whose task was (queued longer ago than ETHAN_LARK_RECLAIM_SECONDS
+    and never claimed) are queued again; those older than GIVE_UP_AFTER are marked failed.
+    Returns how many were queued."""
+    now = timezone.now()
+    received = LarkEvent.objects.filter(status=LarkEvent.Status.RECEIVED)
+    given_up = received.filter(received_at__lt=now - GIVE_UP_AFTER).update(
+        status=LarkEvent.Status.FAILED, note="not answered within a day: given up"
+    )
+    if given_up:
+        log.error("%d lark events were never answered and are given up", given_up)
+    lost_task = received.filter(
+        queued_at__lt=now - timedelta(seconds=settings.ETHAN_LARK_RECLAIM_SECONDS)
+    ).update(queued_at=None)
+    lost_wake = received.filter(
+        queued_at=None, received_at__lt=now - timedelta(seconds=WAKE_SECONDS)
+    ).exists()
+    if lost_task or lost_wake:
+        log.warning("lark events left waiting (%d lost their task): queued again", lost_task)
+        return lark_events_dispatch()
+    return 0
 
 
 def lark_event_handle(*, event_pk: int) -> str:

@@ -1,6 +1,10 @@
-"""The Lark channel's task: the webhook stores an event and enqueues it; a worker answers it."""
+"""The Lark channel's tasks: the webhook stores an event and wakes the dispatcher, which queues
+one handling task per event; a worker answers it."""
 
 from ethan_site.queue import ethan_task
+
+# The coalesced wake-up of the dispatcher (ethan_site.queue.enqueue_coalesced).
+DISPATCH_WAKE = "lark-dispatch"
 
 
 @ethan_task(name="channels.lark_event")
@@ -12,9 +16,18 @@ def handle_lark_event(event_pk: int) -> str:
     return lark_event_handle(event_pk=event_pk)
 
 
+@ethan_task(name="channels.lark_dispatch")
+def dispatch_lark_events() -> int:
+    """Queue the stored events that have no task yet (woken by the webhook, once per burst)."""
+    from agent_app.lark.handling import lark_events_dispatch
+
+    return lark_events_dispatch()
+
+
 @ethan_task(name="channels.lark_reclaim")
 def reclaim_lark_events() -> int:
-    """Periodic (ethan_site.schedule): events whose worker died mid-answer are answered."""
-    from agent_app.lark.handling import lark_events_reclaim
+    """Periodic (ethan_site.schedule): events whose worker died mid-answer are answered, and
+    those whose wake-up or task was lost are queued again."""
+    from agent_app.lark.handling import lark_events_reclaim, lark_events_requeue
 
-    return len(lark_events_reclaim())
+    return len(lark_events_reclaim()) + lark_events_requeue()

@@ -1,8 +1,9 @@
-"""POST /lark/webhook: verify, dedupe, store, enqueue, answer 200 at once.
+"""POST /lark/webhook: verify, dedupe, store, wake the dispatcher, answer 200 at once.
 
 Lark wants an answer within 3 seconds and re-pushes otherwise, so nothing slow happens here:
-the turn and the reply run in the `channels.lark_event` task (in-process after the response in
-embedded mode). Each event is a unique row: a re-push, or two deliveries racing, insert once.
+the turn and the reply run in the `channels.lark_event` task, which `channels.lark_dispatch`
+queues (in-process after the response in embedded mode). Each event is a unique row: a
+re-push, or two deliveries racing, insert once.
 
 The order is the security: what the request proves is checked before anything it merely says
 is used (docs/lark.md).
@@ -33,9 +34,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agent_app.lark.crypto import LarkCryptoError, decrypt, signature_valid
-from agent_app.lark.tasks import handle_lark_event
+from agent_app.lark.tasks import DISPATCH_WAKE, dispatch_lark_events
 from agent_app.models import LarkEvent
-from ethan_site.queue import enqueue
+from ethan_site.queue import enqueue_coalesced
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +182,16 @@ def lark_webhook(request: HttpRequest) -> JsonResponse:
     if not event_id:
         return _refuse(400, "no event_id")
     try:
-        # Durable: the event is committed (and its task published) before Lark gets its 200.
+        # Durable: the event is committed before Lark gets its 200, and only then is the
+        # dispatcher woken (once per burst: the publish is the costly part of an ack).
         with transaction.atomic(durable=True):
-            event = LarkEvent.objects.create(
+            LarkEvent.objects.create(
                 event_id=event_id[:128],
                 event_type=_event_type(body)[:64],
                 message_id=_message_id(body),
                 payload=body,
             )
-            enqueue(handle_lark_event, event.pk)
+            enqueue_coalesced(dispatch_lark_events, key=DISPATCH_WAKE)
     except IntegrityError:
         log.info("lark event %s (or its message) delivered again: not processed", event_id)
     return JsonResponse(SUCCESS)

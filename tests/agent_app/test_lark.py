@@ -254,3 +254,81 @@ def test_two_sweepers_never_take_the_same_event(lark):
     assert not stale.exists()
     assert lark_events_reclaim() == []
     assert lark.replies == []
+
+
+# --- the dispatcher: the webhook only stores and wakes it -------------------------------------
+
+
+def _waiting(event_id: str, text: str, *, seconds_ago: float = 0, queued_seconds_ago=None):
+    from datetime import timedelta
+
+    now = timezone.now()
+    return LarkEvent.objects.create(
+        event_id=event_id,
+        event_type="im.message.receive_v1",
+        message_id=f"om_{event_id}",
+        payload=message_event(event_id, text),
+        received_at=now - timedelta(seconds=seconds_ago),
+        queued_at=None
+        if queued_seconds_ago is None
+        else now - timedelta(seconds=queued_seconds_ago),
+    )
+
+
+def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
+    client, lark, settings, monkeypatch
+):
+    """A broker process with a shared cache: the webhook publishes one dispatch for the burst,
+    and the dispatch queues one handling task per event."""
+    from django.core.cache import cache
+
+    from ethan_site import queue
+
+    settings.ETHAN_EMBEDDED = False
+    settings.ETHAN_CACHE_SHARED = True
+    cache.clear()
+    published: list[tuple] = []
+    monkeypatch.setattr(queue, "_send", lambda task, args: published.append((task.name, args)))
+    for n in range(3):
+        assert deliver(client, message_event(f"ev-burst-{n}", f"消息 {n}")).status_code == 200
+    assert published == [("channels.lark_dispatch", ())]
+    assert lark.replies == []  # stored, not answered: that is the workers' part
+
+    from agent_app.lark.handling import lark_events_dispatch
+
+    assert lark_events_dispatch() == 3
+    pks = sorted(LarkEvent.objects.values_list("pk", flat=True))
+    assert published[1:] == [("channels.lark_event", (pk,)) for pk in pks]
+    assert lark_events_dispatch() == 0  # each is queued once
+    # The run cleared its wake-up: the next event publishes a dispatch again.
+    deliver(client, message_event("ev-after", "later"))
+    assert published[-1] == ("channels.lark_dispatch", ())
+    cache.clear()
+
+
+def test_the_sweep_queues_events_whose_wake_up_or_task_was_lost(lark, settings):
+    from agent_app.lark.handling import lark_events_requeue
+
+    settings.ETHAN_LARK_RECLAIM_SECONDS = 600
+    fresh = _waiting("ev-fresh", "just arrived")  # its dispatch may be on its way
+    no_wake = _waiting("ev-nowake", "你好", seconds_ago=120)
+    lost_task = _waiting("ev-lost", "hello", seconds_ago=900, queued_seconds_ago=900)
+    recent = _waiting("ev-queued", "queued", seconds_ago=60, queued_seconds_ago=60)
+    ancient = _waiting("ev-old", "last week", seconds_ago=8 * 86400, queued_seconds_ago=0)
+    # Embedded mode: the tasks the sweep queues run in this process afterwards.
+    from ethan_site.queue import run_deferred
+
+    assert lark_events_requeue() == 3  # the two left behind, and the fresh one with them
+    run_deferred()
+    answered = {reply["uuid"] for reply in lark.replies}
+    assert answered == {"ev-fresh", "ev-nowake", "ev-lost"}
+    for event, status in (
+        (fresh, "done"),
+        (no_wake, "done"),
+        (lost_task, "done"),
+        (recent, "received"),  # its task is still due
+        (ancient, "failed"),  # given up, not answered a week late
+    ):
+        event.refresh_from_db()
+        assert event.status == status, event.event_id
+    assert lark_events_requeue() == 0

@@ -66,6 +66,7 @@ def test_response_is_sent_before_deferred_work(client):
 
 # Every task of the project, by the names the beat schedule, the routes and queued messages use.
 TASK_NAMES = {
+    "channels.lark_dispatch",
     "channels.lark_event",
     "channels.lark_reclaim",
     "episodes.write",
@@ -94,3 +95,71 @@ def test_every_task_is_found_and_has_the_one_retry_policy():
     for name, task in tasks.items():
         for option, value in queue.TASK_POLICY.items():
             assert getattr(task, option) == value, (name, option)
+
+
+# --- coalesced wake-ups ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def published(settings, monkeypatch):
+    """A broker process's enqueue with a shared cache (here the test's local one): what would
+    be published is recorded instead."""
+    from django.core.cache import cache
+
+    settings.ETHAN_EMBEDDED = False
+    settings.ETHAN_CACHE_SHARED = True
+    cache.clear()
+    sent: list[str] = []
+    monkeypatch.setattr(queue, "_send", lambda task, args: sent.append(task.name))
+    yield sent
+    cache.clear()
+
+
+@pytest.mark.django_db
+def test_a_burst_of_triggers_publishes_once_until_the_run_starts(
+    published, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(3):
+            queue.enqueue_coalesced(record, key="k")
+    assert published == [record.name]
+    queue.coalesced_started("k")  # the run began: the next trigger's work may come after it
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.enqueue_coalesced(record, key="k")
+        queue.enqueue_coalesced(record, key="other")  # another key is its own
+    assert published == [record.name] * 3
+
+
+@pytest.mark.django_db
+def test_nothing_is_coalesced_without_a_shared_cache_or_when_it_fails(
+    published, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    settings.ETHAN_CACHE_SHARED = False  # one machine's flag would not be cleared by another's
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.enqueue_coalesced(record, key="k")
+        queue.enqueue_coalesced(record, key="k")
+    assert len(published) == 2
+    settings.ETHAN_CACHE_SHARED = True
+
+    def down(*args, **kwargs):
+        raise ConnectionError("cache down")
+
+    from django.core.cache import cache
+
+    monkeypatch.setattr(cache, "add", down)
+    monkeypatch.setattr(cache, "delete", down)
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.enqueue_coalesced(record, key="k")
+        queue.enqueue_coalesced(record, key="k")
+    assert len(published) == 4  # a cache that is down: published every time
+    queue.coalesced_started("k")  # logged, not raised
+
+
+@pytest.mark.django_db
+def test_a_rolled_back_trigger_publishes_nothing(published):
+    from django.db import transaction
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        queue.enqueue_coalesced(record, key="k")
+        raise RuntimeError("the event was not stored")
+    assert published == []
