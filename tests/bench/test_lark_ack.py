@@ -47,7 +47,7 @@ def test_webhook_cost_runs_every_pass_and_names_the_parts(lark):
         "verify (signature, decrypt, JSON)",
         "insert (LarkEvent.objects.create)",
         "commit",
-        "publish (apply_async to Redis)",
+        "wake the dispatcher (cache add; publish once per burst)",
         "the rest (Django's request cycle, middleware, the answer)",
     }
     assert cost.parts_ms["verify (signature, decrypt, JSON)"] > 0
