@@ -156,6 +156,13 @@ def message_append(
         # Raised out here, like the refusals above: the claim's UPDATE matched no row and
         # wrote nothing, so the caller's transaction stays usable.
         raise SessionBusy(session.pk)
+    # The claim as the append left it, noted only once its writes went through: a reply that
+    # failed to store leaves the claim held, in the database and here, so the turn's own
+    # release still gives it back.
+    if claim is not None:
+        session.turn_claim, session.turn_claimed_at = claim.token, now
+    if release_token and session.turn_claim == release_token:
+        session.turn_claim, session.turn_claimed_at = "", None
     return written
 
 
@@ -206,13 +213,8 @@ def _message_write(
     if claimed is None:
         return None
     message.seq, session.round_count = claimed.seq, claimed.round_count
-    if claim is not None:
-        session.turn_claim, session.turn_claimed_at = claim.token, now
-    if release:
-        if claimed.turn_claim:
-            log.warning("session %s: the turn's claim was no longer held at release", session.pk)
-        if session.turn_claim == release:
-            session.turn_claim, session.turn_claimed_at = "", None
+    if release and claimed.turn_claim:
+        log.warning("session %s: the turn's claim was no longer held at release", session.pk)
     message.session = session  # the insert may have drawn a new id after a collision
     if role in SPOKEN:
         # Search tokens carry the neighbouring turns (message_search_tokens): this message

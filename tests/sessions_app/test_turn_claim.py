@@ -164,3 +164,26 @@ def test_the_previous_turn_is_found_past_tool_traffic(owner, make_session):
     append(session, "tool", "no results", tool_call_id="c1")
     reply = append(session, "assistant", "which restaurant")
     assert "book" in reply.search_tokens.split("|")[1]  # the question's words, past the tools
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_that_fails_to_store_leaves_the_claim_for_the_turn_to_give_back(
+    owner, make_session, monkeypatch
+):
+    from django.db import DatabaseError
+
+    session = make_session(owner, "hi", "hello")
+    append(session, "user", "plan the launch", claim_stale_seconds=900)
+    token = session.turn_claim
+
+    def disk_full(*args, **kwargs):
+        raise DatabaseError("disk full")
+
+    monkeypatch.setattr(Message, "save", disk_full)
+    with pytest.raises(DatabaseError):
+        append(session, "assistant", "first the date", release_token=token)
+    monkeypatch.undo()
+    # Rolled back with the reply: the claim is held, and this turn still knows it holds it.
+    assert row(session)[0] == token and session.turn_claim == token
+    assert session.messages.count() == 3
+    assert services.session_turn_release(session=session, token=token) is True
