@@ -72,3 +72,43 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
     finally:
         cache.clear()
         lark.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatch):
+    """Two dispatch runs at once (a burst woke a second before the first finished), on
+    PostgreSQL: the conditional update on queued_at lets exactly one queue each event."""
+    import threading
+
+    from django.db import connection
+
+    from agent_app.lark import handling
+
+    pks = [
+        LarkEvent.objects.create(
+            event_id=f"ev-race-{n:03d}",
+            event_type="im.message.receive_v1",
+            message_id=f"om_race_{n:03d}",
+            payload=message_event(f"ev-race-{n:03d}", "hi"),
+        ).pk
+        for n in range(60)
+    ]
+    queued: list[int] = []
+    monkeypatch.setattr(handling, "enqueue", lambda task, *args: queued.append(args[0]))
+    barrier = threading.Barrier(2)
+    counts: list[int] = []
+
+    def dispatch() -> None:
+        try:
+            barrier.wait()
+            counts.append(handling.lark_events_dispatch())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=dispatch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(queued) == pks and sum(counts) == len(pks)
+    assert not LarkEvent.objects.filter(queued_at=None).exists()
