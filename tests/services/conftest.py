@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -136,3 +137,24 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+def all_at_once(work, times: int) -> list:
+    """Run `work()` in `times` threads released together (a barrier), each on its own database
+    connection, closed afterwards; their results, in the order they finished."""
+    barrier = threading.Barrier(times)
+    results: list = []
+
+    def run() -> None:
+        try:
+            barrier.wait()
+            results.append(work())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results

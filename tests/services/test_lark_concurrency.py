@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection
 from django.test import Client
 
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.lark_helpers import deliver, message_event
+from tests.services.conftest import all_at_once
 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_duplicates_are_processed_once(services_ready, lark, settings):
     settings.ETHAN_EMBEDDED = True  # the handling runs in each request's thread, after it
     event = message_event("ev-race", "你好")
-    barrier = threading.Barrier(4)
-    statuses: list[int] = []
-
-    def send() -> None:
-        try:
-            barrier.wait()
-            statuses.append(deliver(Client(), event).status_code)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=send) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    statuses = all_at_once(lambda: deliver(Client(), event).status_code, 4)
     assert statuses == [200, 200, 200, 200]
     assert LarkEvent.objects.count() == 1
     assert len(lark.replies) == 1

@@ -14,7 +14,7 @@ from agent_app.models import LarkEvent
 from ethan_site import queue
 from tests.fakes.lark_fake import FakeLark
 from tests.lark_helpers import KEY, TOKEN, deliver, message_event
-from tests.services.conftest import wait_for
+from tests.services.conftest import all_at_once, wait_for
 
 EVENTS = 12
 
@@ -78,10 +78,6 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
 def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatch):
     """Two dispatch runs at once (a burst woke a second before the first finished), on
     PostgreSQL: the conditional update on queued_at lets exactly one queue each event."""
-    import threading
-
-    from django.db import connection
-
     from agent_app.lark import handling
 
     pks = [
@@ -95,20 +91,6 @@ def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatc
     ]
     queued: list[int] = []
     monkeypatch.setattr(handling, "enqueue", lambda task, *args: queued.append(args[0]))
-    barrier = threading.Barrier(2)
-    counts: list[int] = []
-
-    def dispatch() -> None:
-        try:
-            barrier.wait()
-            counts.append(handling.lark_events_dispatch())
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=dispatch) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    counts = all_at_once(handling.lark_events_dispatch, 2)
     assert sorted(queued) == pks and sum(counts) == len(pks)
     assert not LarkEvent.objects.filter(queued_at=None).exists()
