@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import llm
-from agent_app.memory_search import MAX_LIMIT, QUERY_MAX_CHARS, SCOPES, memory_search
+from agent_app.memory_search import MAX_LIMIT, SCOPES, memory_search
 from agent_app.modes import MODE_ALIASES, mode_parse
 from agent_app.paths import PATHS
 from agent_app.turn import (
@@ -28,6 +28,7 @@ from agent_app.turn import (
     turn_prompt,
     turn_start,
 )
+from ethan_site.limits import SEARCH_QUERY_MAX_CHARS
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
@@ -275,7 +276,7 @@ class ContextApi(APIView):
 
 class SearchApi(APIView):
     class SearchQuery(serializers.Serializer):
-        q = serializers.CharField(max_length=QUERY_MAX_CHARS)
+        q = serializers.CharField(max_length=SEARCH_QUERY_MAX_CHARS)
         scope = serializers.ChoiceField(choices=list(SCOPES), default="all")
         limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=10)
 

@@ -10,15 +10,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from episodes_app.selectors import episodes_search
-from ethan_site.limits import SEARCH_QUERY_MAX_CHARS
 from memory_app.selectors import facts_search
 from sessions_app.display import one_line
 from sessions_app.selectors import messages_search
 
 SCOPES = ("facts", "episodes", "messages", "all")
 MAX_LIMIT = 50
-# The longest query any door takes (ethan_site.limits).
-QUERY_MAX_CHARS = SEARCH_QUERY_MAX_CHARS
 SNIPPET_CHARS = 200
 
 

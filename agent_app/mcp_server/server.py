@@ -45,7 +45,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from agent_app.memory_search import MAX_LIMIT, QUERY_MAX_CHARS, memory_search
+from agent_app.memory_search import MAX_LIMIT, memory_search
 from agent_app.paths import FULL, SETTINGS
 from agent_app.prompts import fact_line, stored_text
 from agent_app.tools import refusal_text
@@ -55,6 +55,7 @@ from ethan_site.limits import (
     PROFILE_ENTRY_MAX_CHARS,
     RULE_CONTEXT_MAX_CHARS,
     RULE_MAX_CHARS,
+    SEARCH_QUERY_MAX_CHARS,
 )
 from memory_app import confidence
 from memory_app import selectors as memory_selectors
@@ -206,7 +207,7 @@ class EthanMCP:
             str,
             Field(
                 min_length=1,
-                max_length=QUERY_MAX_CHARS,
+                max_length=SEARCH_QUERY_MAX_CHARS,
                 description="words to look for, in any language (Chinese and English)",
             ),
         ],
@@ -391,7 +392,7 @@ class EthanMCP:
         self,
         query: Annotated[
             str,
-            Field(min_length=1, max_length=QUERY_MAX_CHARS, description="words to look for"),
+            Field(min_length=1, max_length=SEARCH_QUERY_MAX_CHARS, description="words to look for"),
         ],
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="how many episodes")] = 10,
         ctx: Context = None,
@@ -420,7 +421,7 @@ class EthanMCP:
         self,
         text: Annotated[
             str,
-            Field(min_length=1, max_length=QUERY_MAX_CHARS, description="words or a phrase"),
+            Field(min_length=1, max_length=SEARCH_QUERY_MAX_CHARS, description="words or a phrase"),
         ],
         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT, description="how many sessions")] = 10,
         ctx: Context = None,
