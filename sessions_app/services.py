@@ -249,11 +249,15 @@ def _next_seq(
     set_params: list[Any] = [int(is_round), stamp(now)]
     where_params: list[Any] = [session.pk]
     if claim is not None:
-        # The same condition as session_turn_claim: free, or its claim gone stale.
         sets += ["turn_claim = %s", "turn_claimed_at = %s"]
         set_params += [claim.token, stamp(now)]
-        where.append("(turn_claim = '' OR turn_claimed_at < %s)")
-        where_params.append(stamp(claim.stale_before))
+        # session_turn_claim's condition, compiled from the same Q.
+        free = ChatSession.objects.filter(_claim_free(stale_before=claim.stale_before)).query
+        free_sql, free_params = free.where.as_sql(
+            free.get_compiler(connection=connection), connection
+        )
+        where.append(f"({free_sql})")
+        where_params += list(free_params)
     if release:
         # Conditional on the token, as session_turn_release: a claim that went stale and was
         # taken over stays with the turn that has it. (SET's right-hand sides read the row
@@ -288,6 +292,12 @@ def _next_seq(
     return _Seq(seq=row[0], round_count=row[1], turn_claim=row[2], previous=previous_row)
 
 
+def _claim_free(*, stale_before: datetime) -> Q:
+    """A session a turn may claim: nobody's, or its claim taken before `stale_before` (by a
+    process that died mid-turn)."""
+    return Q(turn_claim="") | Q(turn_claimed_at__lt=stale_before)
+
+
 def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_seconds: float) -> str:
     """Claim a persisted session for one turn and return the claim's token; wait up to
     `wait_seconds` for the turn before it, then raise SessionBusy.
@@ -308,7 +318,7 @@ def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_secon
         # Application clocks, not the database's: a claim goes stale after minutes, so a
         # machine whose clock is a few seconds off changes nothing.
         now = timezone.now()
-        free = Q(turn_claim="") | Q(turn_claimed_at__lt=now - timedelta(seconds=stale_seconds))
+        free = _claim_free(stale_before=now - timedelta(seconds=stale_seconds))
         # One conditional UPDATE: of two turns racing for a free session, the database lets
         # exactly one change the row (the other re-reads it, sees the claim and matches none).
         # A stale claim (its process died mid-turn) is taken over the same way.
