@@ -208,27 +208,13 @@ def fill_memory(*, owner, facts: int = FACTS) -> None:
 
     from django.utils import timezone
 
-    from bench.turn_overhead import FACT_CATEGORIES, FACT_TEMPLATES, fill_rest
+    from bench.turn_overhead import fill_rest, template_facts
     from memory_app.models import Fact
-    from memory_app.normalize import content_key
-    from memory_app.services import fact_search_tokens
 
     rng = random.Random(5)
-    rows = []
-    for index in range(facts):
-        content = FACT_TEMPLATES[index % len(FACT_TEMPLATES)].format(n=index + 1)
-        rows.append(
-            Fact(
-                owner=owner,
-                content=content,
-                content_key=content_key(content),
-                search_tokens=fact_search_tokens(content, None),
-                category=FACT_CATEGORIES[index % len(FACT_CATEGORIES)],
-                confidence=round(rng.uniform(0.5, 0.95), 2),
-                source=Fact.Source.API,
-            )
-        )
-    Fact.objects.bulk_create(rows)
+    Fact.objects.bulk_create(
+        template_facts(owner=owner, count=facts, rng=rng, source=Fact.Source.API)
+    )
     fill_rest(owner=owner, now=timezone.now(), rng=rng)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import platform
@@ -9,6 +11,8 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -83,3 +87,47 @@ def append_results(title: str, command: str, table: str, database: str | None = 
             f"- database: {database or database_label()}\n- date: {when}"
             f"{f' (commit {commit})' if commit else ''}\n\n{table}\n"
         )
+
+
+def measure_in_child(module: str, database: str, argv: list[str]) -> dict:
+    """`module` on one database, in a process of its own (Django is set up once per process):
+    its result, which the child writes to a file (`--json`)."""
+    name = module.rpartition(".")[2].replace("_", "-")
+    with tempfile.TemporaryDirectory(prefix=f"ethan-{name}-") as scratch:
+        out = Path(scratch) / "result.json"
+        command = [sys.executable, "-m", module, *argv, "--database", database, "--json", str(out)]
+        subprocess.run(command, cwd=ROOT, check=True)
+        return json.loads(out.read_text())
+
+
+def run_per_database(
+    *,
+    module: str,
+    argv: list[str],
+    args: argparse.Namespace,
+    databases: Sequence[str],
+    measure_database: Callable[[str, argparse.Namespace], dict],
+    report: Callable[[list[dict], argparse.Namespace], str],
+    title: str,
+) -> int:
+    """The end of a benchmark measured on one database or on each (`--database both`), the
+    results gathered in one table. A child (`--json`) measures its database into the file and
+    stops there; otherwise the table is printed and, unless `--no-record`, appended to
+    docs/benchmarks.md under `title`."""
+    if args.json:
+        Path(args.json).write_text(json.dumps(measure_database(args.database, args)))
+        return 0
+    if args.database == "both":
+        results = [measure_in_child(module, database, argv) for database in databases]
+    else:
+        results = [measure_database(args.database, args)]
+    table = report(results, args)
+    print(table)
+    if not args.no_record:
+        append_results(
+            title,
+            command_line(module, argv),
+            table,
+            database=", ".join(result["database"] for result in results),
+        )
+    return 0

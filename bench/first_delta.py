@@ -30,15 +30,12 @@ import http.client
 import json
 import random
 import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from bench.common import ROOT, append_results, command_line, percentile, percentiles
+from bench.common import percentile, percentiles, run_per_database
 from bench.server import (
     BenchStack,
     add_gunicorn_arguments,
@@ -216,6 +213,37 @@ class EmbeddedStack(BenchStack):
     def _start(self) -> None:
         self._start_web(f"sqlite:///{self.home / 'ethan.sqlite3'}", broker=False)
         self._wait_web()
+
+
+def stack_for_database(
+    database: str,
+    args,
+    *,
+    extra_env: dict[str, str],
+    embedded: type[BenchStack] = EmbeddedStack,
+    deployed: type[BenchStack] = BenchStack,
+) -> tuple[BenchStack, str]:
+    """The servers for `database`, not yet started, and how they run (for the tables): on
+    SQLite gunicorn alone in embedded mode, on PostgreSQL as deployed, with a Celery worker on
+    Redis; gunicorn and Celery as add_gunicorn_arguments's `args` say. A bench that starts a
+    server of its own besides passes its subclasses as `embedded` and `deployed`."""
+    gunicorn = gunicorn_from_args(args)
+    if database == "sqlite":
+        return (
+            embedded(gunicorn=gunicorn, extra_env=extra_env),
+            f"{gunicorn.label()}, embedded (no broker)",
+        )
+    stack = deployed(
+        gunicorn=gunicorn,
+        celery_concurrency=args.celery_concurrency,
+        celery_nice=args.celery_nice,
+        extra_env=extra_env,
+    )
+    return (
+        stack,
+        f"{gunicorn.label()}, one Celery worker (prefork, concurrency "
+        f"{args.celery_concurrency}) on Redis",
+    )
 
 
 # --- one database ----------------------------------------------------------------------------
@@ -486,7 +514,6 @@ def profile_first_delta(*, token: str, session_id: str, model: PacedModel, turns
 
 def measure_database(database: str, args) -> dict:
     """Start the server on `database`, fill it, run the cells: a JSON-able result."""
-    gunicorn = gunicorn_from_args(args)
     model = PacedModel(first_chunk_ms=args.first_chunk_ms, chunk_ms=args.chunk_ms)
     extra_env = {
         "OPENAI_API_KEY": "bench-key",
@@ -494,15 +521,7 @@ def measure_database(database: str, args) -> dict:
         "ETHAN_API_RATE": API_RATE,
     }
     try:
-        if database == "sqlite":
-            stack = EmbeddedStack(gunicorn=gunicorn, extra_env=extra_env)
-        else:
-            stack = BenchStack(
-                gunicorn=gunicorn,
-                celery_concurrency=args.celery_concurrency,
-                celery_nice=args.celery_nice,
-                extra_env=extra_env,
-            )
+        stack, server = stack_for_database(database, args, extra_env=extra_env)
         with stack:
             from bench.common import database_label
 
@@ -534,12 +553,7 @@ def measure_database(database: str, args) -> dict:
         model.close()
     return {
         "database": label,
-        "server": gunicorn.label()
-        + (
-            ", embedded (no broker)"
-            if database == "sqlite"
-            else f", one Celery worker (prefork, concurrency {args.celery_concurrency}) on Redis"
-        ),
+        "server": server,
         "fill_seconds": filled,
         "run_seconds": took,
         "load": machine_load,
@@ -657,25 +671,6 @@ def report(results: list[dict], args) -> str:
     )
 
 
-def run_child(database: str, argv: list[str]) -> dict:
-    """This module on one database, in a process of its own (Django is set up once per
-    process)."""
-    with tempfile.TemporaryDirectory(prefix="ethan-first-delta-") as scratch:
-        out = Path(scratch) / "result.json"
-        command = [
-            sys.executable,
-            "-m",
-            "bench.first_delta",
-            *argv,
-            "--database",
-            database,
-            "--json",
-            str(out),
-        ]
-        subprocess.run(command, cwd=ROOT, check=True)
-        return json.loads(out.read_text())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -704,23 +699,15 @@ def main(argv: list[str] | None = None) -> int:
     args.history_sizes = QUICK_HISTORY_SIZES if args.quick else HISTORY_SIZES
     args.requests = args.requests or (10 if args.quick else 40)
 
-    if args.json:
-        Path(args.json).write_text(json.dumps(measure_database(args.database, args)))
-        return 0
-    if args.database == "both":
-        results = [run_child(database, argv) for database in DATABASES]
-    else:
-        results = [measure_database(args.database, args)]
-    table = report(results, args)
-    print(table)
-    if not args.no_record:
-        append_results(
-            "Time to first delta (gunicorn, streamed)",
-            command_line("bench.first_delta", argv),
-            table,
-            database=", ".join(result["database"] for result in results),
-        )
-    return 0
+    return run_per_database(
+        module="bench.first_delta",
+        argv=argv,
+        args=args,
+        databases=DATABASES,
+        measure_database=measure_database,
+        report=report,
+        title="Time to first delta (gunicorn, streamed)",
+    )
 
 
 if __name__ == "__main__":

@@ -39,29 +39,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import http.client
 import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from urllib.parse import urlencode
 
-from bench.common import ROOT, append_results, command_line, percentiles
-from bench.first_delta import API_RATE, EmbeddedStack
+from bench.common import percentiles, run_per_database
+from bench.first_delta import API_RATE, EmbeddedStack, stack_for_database
 from bench.server import (
-    START_SECONDS,
     BenchStack,
     add_gunicorn_arguments,
     cpu_note,
-    gunicorn_from_args,
-    request_once,
+    free_port,
+    process_group_cpu,
 )
 
 DATABASES = ("sqlite", "postgresql")
@@ -90,14 +84,6 @@ class BenchError(RuntimeError):
 # --- the servers -------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class _WithMCP:
     """The stack, then `manage.py ethan_mcp --http` as a process of its own on the same
     environment (database, home, allowed hosts), stopped with the rest."""
@@ -106,21 +92,9 @@ class _WithMCP:
 
     def _start(self) -> None:
         super()._start()
-        port = _free_port()
-        bind = f"127.0.0.1:{port}"
+        bind = f"127.0.0.1:{free_port()}"
         self._spawn("mcp", [sys.executable, "manage.py", "ethan_mcp", "--http", "--bind", bind])
-        deadline = time.monotonic() + START_SECONDS
-        while True:
-            self._check_alive()
-            try:
-                status, _ = request_once(f"http://{bind}", "GET", "/healthz")
-            except OSError:
-                status = 0
-            if status == 200:
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"ethan_mcp did not answer /healthz within {START_SECONDS} s")
-            time.sleep(0.2)
+        self._wait_healthz("ethan_mcp", f"http://{bind}")
         self.mcp_url = f"http://{bind}/mcp"
 
 
@@ -131,21 +105,6 @@ class SQLiteStack(_WithMCP, EmbeddedStack):
 class PostgresStack(_WithMCP, BenchStack):
     """gunicorn, a Celery worker on Redis and the MCP server on the scratch PostgreSQL
     database."""
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU time used so far by the processes of one process group (a server with its
-    workers)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):  # gone meanwhile
-                # Fields after the command name: state ppid pgrp ... utime(12) stime(13).
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) == pgid:
-                    total += int(fields[11]) + int(fields[12])
-    return total / ticks
 
 
 # --- the four doors ----------------------------------------------------------------------------
@@ -401,30 +360,17 @@ async def _measure(base_url, mcp_url, token, owner_id, queries, rounds, warmup, 
 
 def fill(messages: int, per_session: int = 10):
     """bench.session_search's history (the same seeded rows, their search tokens computed
-    once per template line) for the person `bench`, with bulk_create on every database, then
-    fresh planner statistics on PostgreSQL (bench.turn_overhead._analyze). Not
-    session_search.fill itself: its COPY on PostgreSQL lists the sessions' columns of before
-    turn_claim (sessions_app migration 0006) and fails on its NOT NULL."""
+    once per template line) for the person `bench`, with bulk_create on every database
+    (session_search.bulk_fill; not session_search.fill, which copies on PostgreSQL: the runs
+    recorded so far, and the table's own words, are bulk_create's), then fresh planner
+    statistics on PostgreSQL (bench.turn_overhead._analyze)."""
     from django.contrib.auth import get_user_model
 
-    from bench.session_search import _rows
+    from bench.session_search import bulk_fill
     from bench.turn_overhead import _analyze
-    from sessions_app.models import ChatSession, Message
 
     owner, _ = get_user_model().objects.get_or_create(username="bench")
-    sessions, rows = [], []
-    for session_id, title, lines in _rows(messages, per_session):
-        sessions.append(ChatSession(id=session_id, owner=owner, title=title, last_seq=per_session))
-        rows.extend(
-            Message(session_id=session_id, seq=seq, role=role, content=text, search_tokens=tokens)
-            for seq, role, text, tokens in lines
-        )
-        if len(rows) >= 20_000:
-            ChatSession.objects.bulk_create(sessions)
-            Message.objects.bulk_create(rows, batch_size=5_000)
-            sessions, rows = [], []
-    ChatSession.objects.bulk_create(sessions)
-    Message.objects.bulk_create(rows, batch_size=5_000)
+    bulk_fill(owner, messages, per_session)
     _analyze()
     return owner
 
@@ -445,22 +391,13 @@ def prepare(messages: int) -> tuple[int, str, float]:
 
 def measure_database(database: str, args) -> dict:
     """Start the servers on `database`, fill it, run the rounds: a JSON-able result."""
-    gunicorn = gunicorn_from_args(args)
-    extra_env = {"ETHAN_API_RATE": API_RATE}  # far above this run's rate
-    if database == "sqlite":
-        stack = SQLiteStack(gunicorn=gunicorn, extra_env=extra_env)
-        server = f"{gunicorn.label()}, embedded (no broker)"
-    else:
-        stack = PostgresStack(
-            gunicorn=gunicorn,
-            celery_concurrency=args.celery_concurrency,
-            celery_nice=args.celery_nice,
-            extra_env=extra_env,
-        )
-        server = (
-            f"{gunicorn.label()}, one Celery worker (prefork, concurrency "
-            f"{args.celery_concurrency}) on Redis"
-        )
+    stack, server = stack_for_database(
+        database,
+        args,
+        extra_env={"ETHAN_API_RATE": API_RATE},  # far above this run's rate
+        embedded=SQLiteStack,
+        deployed=PostgresStack,
+    )
     with stack:
         from bench.common import database_label
 
@@ -477,7 +414,7 @@ def measure_database(database: str, args) -> dict:
             owner_id=owner_id,
             rounds=args.rounds,
             warmup=args.warmup,
-            cpu=lambda: {name: group_cpu_seconds(pid) for name, pid in groups.items()},
+            cpu=lambda: {name: process_group_cpu(pid) for name, pid in groups.items()},
         )
         took = time.perf_counter() - started
         label = database_label()
@@ -622,16 +559,6 @@ def report(results: list[dict], args) -> str:
     )
 
 
-def run_child(database: str, argv: list[str]) -> dict:
-    """This module on one database, in a process of its own (Django is set up once per
-    process)."""
-    with tempfile.TemporaryDirectory(prefix="ethan-mcp-search-") as scratch:
-        out = Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "bench.mcp_search", *argv, "--database", database]
-        subprocess.run([*command, "--json", str(out)], cwd=ROOT, check=True)
-        return json.loads(out.read_text())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -652,23 +579,15 @@ def main(argv: list[str] | None = None) -> int:
     args.rounds = args.rounds or (5 if args.quick else 40)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
 
-    if args.json:
-        Path(args.json).write_text(json.dumps(measure_database(args.database, args)))
-        return 0
-    if args.database == "both":
-        results = [run_child(database, argv) for database in DATABASES]
-    else:
-        results = [measure_database(args.database, args)]
-    table = report(results, args)
-    print(table)
-    if not args.no_record:
-        append_results(
-            f"memory_search over MCP against /api/search ({args.messages:,} messages)",
-            command_line("bench.mcp_search", argv),
-            table,
-            database=", ".join(result["database"] for result in results),
-        )
-    return 0
+    return run_per_database(
+        module="bench.mcp_search",
+        argv=argv,
+        args=args,
+        databases=DATABASES,
+        measure_database=measure_database,
+        report=report,
+        title=f"memory_search over MCP against /api/search ({args.messages:,} messages)",
+    )
 
 
 if __name__ == "__main__":

@@ -38,21 +38,12 @@ VIEWS = (
     ("search", "/memory/?q=钢琴"),
     ("new since you last looked (all new)", "/memory/new/"),
 )
-FACT_TEMPLATES = (
-    "用户喜欢在早上{n}点之前处理最重要的工作",
-    "用户的项目代号是 Atlas-{n}",
-    "用户每周练习钢琴 {n} 次",
-    "The user prefers short answers in meeting notes ({n})",
-    "The user's team ships a release every {n} weeks",
-    "The user lives {n} minutes from the office by bike",
-)
 LINES = (
     "我在学钢琴，每天练半个小时",
     "好的，我记下了。",
     "My project is called Atlas and it ships every two weeks",
     "Noted. Tell me if the plan changes.",
 )
-CATEGORIES = ("preference", "decision", "knowledge", "correction")
 SOURCES = ("consolidator", "agent_proactive", "api", "mcp")
 MESSAGES = 200
 
@@ -71,9 +62,8 @@ def fill_owner(*, facts: int, rng: random.Random):
     from django.contrib.auth import get_user_model
     from django.utils import timezone
 
+    from bench.turn_overhead import template_facts
     from memory_app.models import Fact
-    from memory_app.normalize import content_key
-    from memory_app.services import fact_search_tokens
     from sessions_app.models import ChatSession, Message
     from sessions_app.search import search_tokens
 
@@ -103,26 +93,19 @@ def fill_owner(*, facts: int, rng: random.Random):
         ]
     )
     said = list(session.messages.order_by("seq").values_list("pk", flat=True))
-    # Tokenising each template once: the fill is not what is measured.
-    rows = []
-    for index in range(facts):
-        content = FACT_TEMPLATES[index % len(FACT_TEMPLATES)].format(n=index + 1)
-        rows.append(
-            Fact(
-                owner=owner,
-                content=content,
-                content_key=content_key(content),
-                search_tokens=fact_search_tokens(content, None),
-                category=CATEGORIES[index % len(CATEGORIES)],
-                confidence=round(rng.uniform(0.5, 0.95), 2),
-                source=SOURCES[index % len(SOURCES)],
-                source_client="Cursor" if index % len(SOURCES) == 3 else "",
-                session=session,
-                hit_count=rng.randrange(1, 20),
-                created_at=now - timedelta(minutes=facts - index),
-                last_accessed=now - timedelta(minutes=rng.randrange(100_000)),
-            )
-        )
+    rows = template_facts(
+        owner=owner,
+        count=facts,
+        rng=rng,
+        session=session,
+        per_fact=lambda index: {
+            "source": SOURCES[index % len(SOURCES)],
+            "source_client": "Cursor" if index % len(SOURCES) == 3 else "",
+            "hit_count": rng.randrange(1, 20),
+            "created_at": now - timedelta(minutes=facts - index),
+            "last_accessed": now - timedelta(minutes=rng.randrange(100_000)),
+        },
+    )
     created = Fact.objects.bulk_create(rows, batch_size=2_000)
     links = Fact.sources.through
     through = []

@@ -38,7 +38,6 @@ second, streamed and not, and the same time to first delta (here: added p50 and 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import http.client
 import io
 import itertools
@@ -50,7 +49,6 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bench.chat_throughput import MESSAGES
 from bench.common import append_results, command_line, percentiles
@@ -59,22 +57,22 @@ from bench.first_delta import (
     MODEL,
     REPLY,
     BenchError,
-    EmbeddedStack,
     PacedModel,
     StreamTimes,
     Timing,
     read_events,
+    stack_for_database,
     stamped_lines,
     timing,
 )
 from bench.server import (
-    BenchStack,
     Request,
     Sample,
     add_gunicorn_arguments,
     cpu_note,
-    gunicorn_from_args,
     load,
+    machine_busy_seconds,
+    process_group_cpu,
 )
 
 OFFLINE = "offline"
@@ -356,30 +354,6 @@ def measure_throughput(
                 result.problems.append(problem)
         result.turns += len(result.ok)
     return results
-
-
-def machine_busy_seconds() -> float:
-    """Seconds of CPU the whole machine has spent not idle (all cores, since boot): other
-    work on a shared host shows here."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    return (sum(map(int, cpu)) - int(cpu[3]) - int(cpu[4])) / ticks  # less idle and iowait
-
-
-def process_group_cpu(pgid: int) -> float:
-    """CPU seconds (user + system) of the live processes in one process group: gunicorn's
-    arbiter and its workers (the embedded consolidation runs in the workers)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, IndexError, ValueError):  # gone meanwhile
-            # Fields after the command name: state ppid pgrp ... utime(12) stime(13).
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid:
-                total += int(fields[11]) + int(fields[12])
-    return total / ticks
 
 
 # --- time to first delta ---------------------------------------------------------------------
@@ -667,7 +641,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.seconds, args.warmup_seconds, args.requests = 1, 2.0, 1.0, 10
 
-    gunicorn = gunicorn_from_args(args)
     model = PacedModel(first_chunk_ms=args.first_chunk_ms, chunk_ms=args.chunk_ms)
     extra_env = {
         "OPENAI_API_KEY": "bench-key",
@@ -675,20 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         "ETHAN_API_RATE": API_RATE,
     }
     try:
-        if args.database == "sqlite":
-            stack = EmbeddedStack(gunicorn=gunicorn, extra_env=extra_env)
-            server = f"{gunicorn.label()}, embedded (no broker)"
-        else:
-            stack = BenchStack(
-                gunicorn=gunicorn,
-                celery_concurrency=args.celery_concurrency,
-                celery_nice=args.celery_nice,
-                extra_env=extra_env,
-            )
-            server = (
-                f"{gunicorn.label()}, one Celery worker (prefork, concurrency "
-                f"{args.celery_concurrency}) on Redis"
-            )
+        stack, server = stack_for_database(args.database, args, extra_env=extra_env)
         with stack:
             from bench.common import database_label
 

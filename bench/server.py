@@ -98,7 +98,7 @@ def gunicorn_from_args(args) -> GunicornConfig:
     return GunicornConfig(workers=args.workers, worker_class=worker_class, threads=args.threads)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     import socket
 
     with socket.socket() as sock:
@@ -153,7 +153,7 @@ class BenchStack:
         self.celery_nice = celery_nice
         self.extra_env = extra_env or {}
         self.home = Path()
-        self.port = _free_port()
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.processes: list[subprocess.Popen] = []
         self.env: dict[str, str] = {}
@@ -288,17 +288,22 @@ class BenchStack:
 
     def _wait_web(self) -> float:
         """Until gunicorn answers /healthz; returns the start-up deadline."""
+        return self._wait_healthz("gunicorn", self.base_url)
+
+    def _wait_healthz(self, name: str, base_url: str) -> float:
+        """Until the server `name` at `base_url` answers /healthz, every started process still
+        running; returns the start-up deadline."""
         deadline = time.monotonic() + START_SECONDS
         while True:
             self._check_alive()
             try:
-                status, _ = request_once(self.base_url, "GET", "/healthz")
+                status, _ = request_once(base_url, "GET", "/healthz")
             except OSError:
                 status = 0
             if status == 200:
                 return deadline
             if time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not answer /healthz within {START_SECONDS} s")
+                raise RuntimeError(f"{name} did not answer /healthz within {START_SECONDS} s")
             time.sleep(0.2)
 
     # --- tear-down ---------------------------------------------------------------------------
@@ -340,33 +345,12 @@ class BenchStack:
         """CPU time used so far by each started process group (gunicorn with its workers,
         Celery with its pool), this bench process, and the whole machine; differences of two
         readings show where a measurement's CPU went."""
-        from django.db import connection
-
-        ticks = os.sysconf("SC_CLK_TCK")
-        # Fields after the command name: state ppid pgrp ... utime(12) stime(13).
-        stats: dict[int, list[str]] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError):  # gone meanwhile
-                    stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        used = {}
-        for process in self.processes:
-            used[process.bench_name] = (
-                sum(int(f[11]) + int(f[12]) for f in stats.values() if int(f[2]) == process.pid)
-                / ticks
-            )
+        used = {process.bench_name: process_group_cpu(process.pid) for process in self.processes}
         # The PostgreSQL backends serving this database (persistent connections: CONN_MAX_AGE).
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-            backends = {pid for (pid,) in cursor.fetchall()}
-        used["postgres"] = (
-            sum(int(stats[pid][11]) + int(stats[pid][12]) for pid in backends if pid in stats)
-            / ticks
-        )
+        used["postgres"] = sum(postgres_backends_cpu().values())
         own = os.times()
         used["bench process"] = own.user + own.system
-        cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        used["machine busy"] = (sum(map(int, cpu)) - int(cpu[3]) - int(cpu[4])) / ticks
+        used["machine busy"] = machine_busy_seconds()
         return used
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
@@ -431,8 +415,8 @@ def process_group_cpu(pgid: int, *, leader: bool = True) -> float:
     """CPU seconds (user + system) so far of the live processes in one process group (as
     BenchStack starts them: gunicorn's arbiter and its workers, Celery and its pool);
     `leader=False` leaves the group's leader out (gunicorn's workers without the arbiter).
-    Read from /proc, so it works whatever the database (BenchStack.cpu_seconds asks
-    PostgreSQL for its backends)."""
+    Read from /proc, so it works whatever the database (postgres_backends_cpu asks PostgreSQL
+    for its backends)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     for entry in Path("/proc").iterdir():

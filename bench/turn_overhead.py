@@ -25,6 +25,7 @@ import argparse
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -138,8 +139,6 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
     from django.utils import timezone
 
     from memory_app.models import Fact, Summary, WorkingState
-    from memory_app.normalize import content_key
-    from memory_app.services import fact_search_tokens
     from sessions_app.models import ChatSession, Message
     from sessions_app.search import search_tokens
 
@@ -209,9 +208,44 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
         )
         sessions[messages] = session
     provenance = list(sessions.values())
+    rows = template_facts(
+        owner=owner,
+        count=facts,
+        rng=rng,
+        source=Fact.Source.CONSOLIDATOR,
+        per_fact=lambda index: {
+            # Learnt in the owner's sessions in turn: each session's long-term block has
+            # facts to show.
+            "session": provenance[index % len(provenance)],
+            "last_accessed": now - timedelta(minutes=rng.randrange(100_000)),
+        },
+    )
+    Fact.objects.bulk_create(rows, batch_size=2_000)
+    fill_rest(owner=owner, now=now, rng=rng)
+    return owner, sessions
+
+
+def template_facts(
+    *,
+    owner,
+    count: int,
+    rng: random.Random,
+    per_fact: Callable[[int], dict] | None = None,
+    **fields,
+) -> list:
+    """`count` active facts of `owner`, unsaved: each a FACT_TEMPLATES line with its number,
+    in the FACT_CATEGORIES in turn, with a confidence from `rng`. `fields` are set on every
+    fact; `per_fact(index)` gives those that differ from one fact to the next, called after
+    the fact's confidence is drawn, so that what it draws from `rng` keeps its place and a
+    seed gives the same facts as ever."""
+    from memory_app.models import Fact
+    from memory_app.normalize import content_key
+    from memory_app.services import fact_search_tokens
+
     rows = []
-    for index in range(facts):
+    for index in range(count):
         content = FACT_TEMPLATES[index % len(FACT_TEMPLATES)].format(n=index + 1)
+        confidence = round(rng.uniform(0.5, 0.95), 2)
         rows.append(
             Fact(
                 owner=owner,
@@ -219,17 +253,12 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
                 content_key=content_key(content),
                 search_tokens=fact_search_tokens(content, None),
                 category=FACT_CATEGORIES[index % len(FACT_CATEGORIES)],
-                confidence=round(rng.uniform(0.5, 0.95), 2),
-                source=Fact.Source.CONSOLIDATOR,
-                # Learnt in the owner's sessions in turn: each session's long-term block has
-                # facts to show.
-                session=provenance[index % len(provenance)],
-                last_accessed=now - timedelta(minutes=rng.randrange(100_000)),
+                confidence=confidence,
+                **fields,
+                **(per_fact(index) if per_fact else {}),
             )
         )
-    Fact.objects.bulk_create(rows, batch_size=2_000)
-    fill_rest(owner=owner, now=now, rng=rng)
-    return owner, sessions
+    return rows
 
 
 def fill_rest(*, owner, now, rng: random.Random) -> None:
