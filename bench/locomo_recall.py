@@ -137,7 +137,24 @@ class Loaded:
     now: datetime | None = None  # the last session's time: when the questions are asked
 
 
-def load_conversation(sample: dict[str, Any], index: int, observations: bool) -> Loaded:
+def previous_turn_tokens(messages) -> dict[Any, str]:
+    """The ablation --without-next-turn: each message's tokens as message_append writes them
+    when it is appended (its own words and the previous turn's), without the words a turn
+    gains from the next one (the UPDATE of the previous message on every append)."""
+    from sessions_app.search import SPOKEN, message_search_tokens
+
+    tokens: dict[Any, str] = {}
+    last = ""
+    for pk, role, content in messages:
+        tokens[pk], _gained = message_search_tokens(role=role, content=content, previous=last)
+        if role in SPOKEN and content != "":
+            last = content
+    return tokens
+
+
+def load_conversation(
+    sample: dict[str, Any], index: int, observations: bool, *, without_next_turn: bool = False
+) -> Loaded:
     from django.contrib.auth import get_user_model
 
     from llm.tokens import estimate_tokens
@@ -169,7 +186,8 @@ def load_conversation(sample: dict[str, Any], index: int, observations: bool) ->
         texts = [turn_text(turn) for turn in turns]
         roles = ["user" if turn["speaker"] == user_name else "assistant" for turn in turns]
         # As message_append indexes them: the turn's words and its neighbours'.
-        tokens = session_message_tokens(zip(range(len(turns)), roles, texts, strict=True))
+        index_tokens = previous_turn_tokens if without_next_turn else session_message_tokens
+        tokens = index_tokens(zip(range(len(turns)), roles, texts, strict=True))
         rows = [
             Message(
                 session=session,
@@ -298,13 +316,18 @@ def recall_at(prefix: str, ranked: list, evidence: list[str]) -> dict[str, float
 
 
 def evaluate(
-    samples: list[dict[str, Any]], observations: bool, progress=None, *, first: int = 0
+    samples: list[dict[str, Any]],
+    observations: bool,
+    progress=None,
+    *,
+    first: int = 0,
+    without_next_turn: bool = False,
 ) -> list[Scored]:
     """Every question of `samples` (the file's conversations first, first + 1, …) scored."""
     scored: list[Scored] = []
     for offset, sample in enumerate(samples):
         index = first + offset
-        loaded = load_conversation(sample, index, observations)
+        loaded = load_conversation(sample, index, observations, without_next_turn=without_next_turn)
         consolidate(loaded)
         turns = list(loaded.turn_text.items())
         for question in questions(sample, index, set(loaded.turn_text)):
@@ -718,10 +741,17 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="end-to-end diagnostic: extract once the warm zone covers N rounds (default 20)",
     )
+    parser.add_argument(
+        "--without-next-turn",
+        action="store_true",
+        help="ablation: messages indexed without the next turn's words (no chart is drawn)",
+    )
     parser.add_argument("--chart", type=Path, default=ROOT / "docs" / "locomo_recall.png")
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     args = parser.parse_args(argv)
     samples = json.loads(args.data.read_text(encoding="utf-8"))
+    if args.tune and args.without_next_turn:
+        parser.error("--without-next-turn is an ablation of the default run, not of --tune")
     if args.tune and len(samples) != sum(len(h) for h in HALVES.values()):
         parser.error(f"--tune needs the ten conversations of locomo10.json, not {len(samples)}")
     limit = 2 if args.quick else args.conversations
@@ -753,21 +783,31 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
 
         settings.ETHAN_MEMORY_WARM_CAPACITY = args.warm_capacity
-    table = summarise(evaluate(samples, args.observations, progress))
+    table = summarise(
+        evaluate(samples, args.observations, progress, without_next_turn=args.without_next_turn)
+    )
     text = markdown(table)
     print(text)
     if not args.no_record:
-        chart(table, args.chart)
+        if not args.without_next_turn:  # the charts show the shipped indexing only
+            chart(table, args.chart)
         command = command_line("bench.locomo_recall", argv)
         mode = (
             "observations loaded as facts"
             if args.observations
             else "end-to-end: Ethan's own facts (offline extraction, provenance), no observations"
             + (f", warm zone {args.warm_capacity} rounds" if args.warm_capacity else "")
+        ) + (
+            "; ablation: messages indexed without the next turn's words (each keeps its own "
+            "and the previous turn's), no chart"
+            if args.without_next_turn
+            else ""
         )
         note = (
             f"{len(samples)} conversations, {mode}; "
-            f"{time.perf_counter() - started:.0f} s. Chart: {args.chart.name}. Half B "
+            f"{time.perf_counter() - started:.0f} s."
+            + ("" if args.without_next_turn else f" Chart: {args.chart.name}.")
+            + " Half B "
             "(conversations 5-9) is held back: the search settings were chosen on half A.\n\n"
         )
         append_results("LoCoMo recall", command, note + text)
