@@ -26,6 +26,24 @@ def click_and_wait_for_the_next_page(browser, element_id: str) -> None:
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
+    def gone(exc: Exception) -> bool:
+        """Chromium says an element's page was replaced in either of two ways."""
+        return isinstance(exc, StaleElementReferenceException) or (
+            "does not belong to the document" in str(exc)
+        )
+
+    def replaced(old):
+        def check(_browser) -> bool:
+            try:
+                old.is_enabled()
+            except WebDriverException as exc:
+                if gone(exc):
+                    return True
+                raise
+            return False
+
+        return check
+
     wait = WebDriverWait(browser, 20)
     whole = lambda b: b.execute_script("return document.readyState") == "complete"  # noqa: E731
     for attempt in range(3):
@@ -34,13 +52,10 @@ def click_and_wait_for_the_next_page(browser, element_id: str) -> None:
         try:
             wait.until(expected_conditions.element_to_be_clickable((By.ID, element_id))).click()
             break
-        except (StaleElementReferenceException, WebDriverException) as exc:
-            replaced = isinstance(exc, StaleElementReferenceException) or (
-                "does not belong to the document" in str(exc)
-            )
-            if attempt == 2 or not replaced:
+        except WebDriverException as exc:
+            if attempt == 2 or not gone(exc):
                 raise
-    wait.until(expected_conditions.staleness_of(old_page))
+    wait.until(replaced(old_page))
     wait.until(whole)
 
 
