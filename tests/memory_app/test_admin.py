@@ -1,4 +1,5 @@
 import pytest
+from django.contrib.admin.utils import quote
 
 from memory_app.models import Fact, FactEvent
 from memory_app.services import fact_write
@@ -134,7 +135,7 @@ def test_summaries_and_working_states_are_read_only(admin_client, owner, make_se
     for url in (
         "/admin/memory_app/summary/",
         f"/admin/memory_app/summary/{summary.pk}/change/",
-        f"/admin/memory_app/workingstate/{session.pk}/change/",
+        f"/admin/memory_app/workingstate/{quote(session.pk)}/change/",
     ):
         assert admin_client.get(url).status_code == 200, url
     assert admin_client.get("/admin/memory_app/summary/add/").status_code == 403

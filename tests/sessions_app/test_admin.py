@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 
 from sessions_app.models import ChatSession
 
@@ -22,7 +23,7 @@ def test_admin_lists_filters_and_searches_sessions(admin_client, owner, other_ow
 
 def test_admin_shows_messages_read_only(admin_client, owner, make_session):
     session = make_session(owner, "plan the launch", "what is the date?")
-    page = admin_client.get(f"/admin/sessions_app/chatsession/{session.pk}/change/")
+    page = admin_client.get(f"/admin/sessions_app/chatsession/{quote(session.pk)}/change/")
     assert page.status_code == 200
     assert "what is the date?" in page.text
     assert 'name="messages-0-content"' not in page.text  # shown, not editable
