@@ -205,7 +205,7 @@ def _tokens(messages) -> int:
 
 
 def _blocks(messages) -> tuple[int, int, int]:
-    """(cold, warm, hot) tokens of a context built by memory_app.working.build_context."""
+    """(cold, warm, hot) tokens of a context as memory_app.working.context_assemble builds it."""
     from memory_app.working import LONG_TERM_LABEL, SUMMARY_LABEL
 
     messages = list(messages)

@@ -354,7 +354,8 @@ STEPS_BEFORE = (
     ("turn_plan (validate, choose path and model)", "agent_app.apis", "turn_plan"),
     ("turn_start (claim the session, store the message)", "agent_app.apis", "turn_start"),
     ("build_system (prompt, facts, profile)", "agent_app.turn", "build_system"),
-    ("build_context (summaries, hot rounds)", "agent_app.turn", "build_context"),
+    ("context_parts (working state, hot rounds)", "agent_app.turn", "context_parts"),
+    ("context_assemble (long-term, summaries)", "agent_app.turn", "context_assemble"),
     ("facts_mark_injected (UPDATE)", "memory_app.services", "facts_mark_injected"),
 )
 # After the model's last chunk, before `done`:

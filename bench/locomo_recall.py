@@ -256,12 +256,14 @@ def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str],
 
     from agent_app.prompts import build_system
     from llm.tokens import estimate_tokens
-    from memory_app.working import build_context
+    from memory_app.working import context_assemble, context_parts
     from sessions_app.services import session_start
 
     with override_settings(ETHAN_INJECTION=mode):
         system = build_system(owner=loaded.owner, mode="work", path="full", text=question)
-    context = build_context(session=session_start(owner=loaded.owner), current_input=question)
+    session = session_start(owner=loaded.owner)
+    parts = context_parts(session=session, current_input=question)
+    context = context_assemble(session=session, parts=parts)
     from memory_app.models import Fact
 
     # A fact reaches the turns it came from: its provenance (the observations' message, or the

@@ -1,5 +1,6 @@
 """Working memory: what of a conversation goes to the model on each turn (the design's
-build_context), with one MemoryConfig for the console, the API and Lark."""
+build_context: context_parts reads, context_assemble builds), with one MemoryConfig for every
+channel."""
 
 from __future__ import annotations
 
@@ -167,20 +168,6 @@ def context_assemble(
             context.append(LLMMessage.user(f"{label}\n{text.strip()}"))
             context.append(LLMMessage.assistant(ACKNOWLEDGE))
     return context + parts.rounds
-
-
-def build_context(
-    *,
-    session: ChatSession,
-    config: MemoryConfig | None = None,
-    exclude_fact_ids=(),
-    current_input: str | None = None,
-) -> list[LLMMessage]:
-    """The design's build_context: the long-term and summary blocks, then the verbatim rounds
-    and the current input (context_parts, then context_assemble). Four queries at most,
-    whatever the history size."""
-    parts = context_parts(session=session, config=config, current_input=current_input)
-    return context_assemble(session=session, parts=parts, exclude_fact_ids=exclude_fact_ids)
 
 
 def consolidation_due(

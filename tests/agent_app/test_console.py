@@ -169,7 +169,7 @@ def test_the_reply_is_printed_as_it_streams(owner, fakes):
 
 def test_an_interrupted_reply_is_kept_as_shown_and_reaches_the_next_context(owner, make_session):
     from agent_app.turn import turn_interrupted
-    from memory_app.working import build_context
+    from memory_app.working import context_assemble, context_parts
 
     session = make_session(owner, "tell me a story")
     turn_interrupted(session=session, shown="Once upon a")
@@ -180,7 +180,8 @@ def test_an_interrupted_reply_is_kept_as_shown_and_reaches_the_next_context(owne
         True,
     )
     session.refresh_from_db()
-    context = build_context(session=session, current_input="go on")
+    parts = context_parts(session=session, current_input="go on")
+    context = context_assemble(session=session, parts=parts)
     assert [(m.role, m.content) for m in context][-2:] == [
         ("assistant", "Once upon a"),
         ("user", "go on"),

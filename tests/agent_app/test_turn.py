@@ -12,12 +12,18 @@ from agent_app import prompts
 from agent_app.prompts import build_system
 from agent_app.turn import TurnFailed, TurnInputError, turn_run
 from memory_app.models import Fact, Procedure, Summary, WorkingState
-from memory_app.working import build_context
+from memory_app.working import context_assemble, context_parts
 from profile_app.models import ProfileRevision, ProfileSection
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
 
 pytestmark = pytest.mark.django_db
+
+
+def context_of(*, session, exclude_fact_ids=(), current_input=None):
+    """What the turn's context would be: its two steps, reading then assembling."""
+    parts = context_parts(session=session, current_input=current_input)
+    return context_assemble(session=session, parts=parts, exclude_fact_ids=exclude_fact_ids)
 
 
 def fact(owner, content, confidence, minutes_ago=0, status="active", category="knowledge"):
@@ -142,7 +148,7 @@ def test_prompt_and_context_cost_constant_queries(owner, rounds, facts, django_a
     # (Marking the injected facts is the turn's own step: one UPDATE more.)
     with django_assert_num_queries(7):
         build_system(owner=owner, mode="work", path="full")
-        build_context(session=session)
+        context_of(session=session)
 
 
 @pytest.mark.parametrize("rounds", [4, 400])
@@ -189,7 +195,7 @@ def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
     settings.ETHAN_MEMORY_HOT_SIZE = 2
     session = _history(owner, 4)
     WorkingState.objects.create(session=session, compressed_through=2)
-    context = build_context(session=session)
+    context = context_of(session=session)
     assert [(m.role, m.content) for m in context] == [
         ("user", "q2"),
         ("assistant", "a2"),
@@ -200,7 +206,7 @@ def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
     Summary.objects.create(
         session=session, first_round=1, last_round=2, text="讨论了 X", model="offline"
     )
-    summary_only = build_context(session=session)
+    summary_only = context_of(session=session)
     assert [(m.role, m.content) for m in summary_only[:3]] == [
         ("user", "[对话摘要]\n讨论了 X"),
         ("assistant", "好的。"),
@@ -213,7 +219,7 @@ def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
     Summary.objects.filter(session=session).update(first_round=2)
     promoted = fact(owner, "用户是开发者", 0.8)
     Fact.objects.filter(pk=promoted.pk).update(session=session, source="consolidator")
-    with_blocks = build_context(session=session)
+    with_blocks = context_of(session=session)
     assert [(m.role, m.content) for m in with_blocks[:4]] == [
         ("user", "[长期记忆]\n- 用户是开发者"),
         ("assistant", "好的。"),
@@ -221,14 +227,14 @@ def test_verbatim_rounds_start_after_the_compression_cursor(owner, settings):
         ("assistant", "好的。"),
     ]
     # A promoted fact already in <memory_context> is not repeated.
-    without = build_context(session=session, exclude_fact_ids=[promoted.pk])
+    without = context_of(session=session, exclude_fact_ids=[promoted.pk])
     assert without[0].content.startswith("[对话摘要]")
 
 
 def test_hot_zone_leaves_out_tool_traffic(owner, llm_config):
     result = turn_run(owner=owner, session=None, text="记住我喜欢喝美式咖啡", model="offline")
     session_services.message_append(session=result.session, role="user", content="再说一次")
-    context = build_context(session=result.session)
+    context = context_of(session=result.session)
     assert [(m.role, m.content) for m in context] == [
         ("user", "记住我喜欢喝美式咖啡"),
         ("assistant", "好的，我记住了：用户喜欢喝美式咖啡"),
@@ -241,7 +247,7 @@ def test_a_round_answered_again_shows_the_model_its_latest_reply(owner, make_ses
     session = make_session(owner, "name a colour", "Blue.")
     session_services.message_append(session=session, role="assistant", content="Red.")
     session_services.message_append(session=session, role="user", content="another")
-    assert [(m.role, m.content) for m in build_context(session=session)] == [
+    assert [(m.role, m.content) for m in context_of(session=session)] == [
         ("user", "name a colour"),
         ("assistant", "Red."),
         ("user", "another"),

@@ -125,3 +125,29 @@ def test_the_paced_model_stamps_arrival_and_chunks():
     assert len(recorded.chunk_times) == len(chunks) + 1  # and `data: [DONE]`
     assert recorded.arrived < recorded.chunk_times[0] < recorded.chunk_times[-1]
     assert recorded.chunk_times[0] - recorded.arrived >= 0.005
+
+
+@pytest.mark.django_db(transaction=True)
+def test_profile_times_every_step_of_a_real_turn(llm_config, settings):
+    """`--profile` patches the turn's steps by name: each must still be where the turn calls it
+    (a renamed or moved step made --profile crash), and each is seen taking time."""
+    settings.ALLOWED_HOSTS = ["127.0.0.1"]
+    model = first_delta.PacedModel(first_chunk_ms=0, chunk_ms=0)
+    llm_config.configure(env={"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": model.base_url})
+    try:
+        token, sessions = first_delta.prepare(history_sizes=[40], facts=5, seed=1)
+        report = first_delta.profile_first_delta(
+            token=token, session_id=sessions[40], model=model, turns=1
+        )
+    finally:
+        model.close()
+
+    def p50(label: str) -> float:
+        row = next(line for line in report.splitlines() if line.startswith(f"| {label} |"))
+        return float(row.split("|")[2])
+
+    assert all(p50(label) > 0 for label, _module, _attribute in first_delta.STEPS_BEFORE)
+    # After the last chunk only storing the reply is sure to take time: a caught-up session
+    # queues no consolidation, and the reply's append gives the claim back itself.
+    assert p50("store the reply (message_append)") > 0
+    assert all(p50(label) >= 0 for label, _module, _attribute in first_delta.STEPS_AFTER)
