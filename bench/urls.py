@@ -32,9 +32,10 @@ from llm.types import Message as LLMMessage
 from memory_app.models import Procedure, Summary, WorkingState
 from memory_app.selectors import facts_for_injection
 from memory_app.working import ACKNOWLEDGE, SUMMARY_LABEL, memory_config, verbatim_from
+from profile_app.markdown import render as render_profile
 from profile_app.models import ProfileSection
 from profile_app.sections import SECTIONS
-from profile_app.selectors import profile_is_empty, render_profile
+from profile_app.selectors import profile_is_empty
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
 from sessions_app.rounds import conversation

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 from django.utils import timezone
 
@@ -13,7 +14,7 @@ from llm import memory as llm_memory
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession
 from sessions_app.rounds import rounds_messages
-from sessions_app.search import search_tokens
+from sessions_app.search import ReindexStep, rows_reindex_batches, search_tokens
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,14 @@ SUMMARY_ROUNDS = 40
 def episode_search_tokens(summary: str, keywords: list[str]) -> str:
     """An episode is found by its summary and its keywords (written here and by an import)."""
     return search_tokens(f"{summary} {' '.join(keywords)}")
+
+
+def episodes_reindex(*, batch: int) -> Iterator[ReindexStep]:
+    """Every episode's search tokens rewritten with the current tokenizer (ethan_reindex)."""
+    rows = Episode.objects.only("id", "summary", "keywords", "search_tokens")
+    return rows_reindex_batches(
+        rows, lambda episode: episode_search_tokens(episode.summary, episode.keywords), batch=batch
+    )
 
 
 def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode | None:

@@ -24,15 +24,6 @@ class ToolCall:
             data["meta"] = self.meta
         return data
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ToolCall:
-        return cls(
-            id=str(data["id"]),
-            name=str(data["name"]),
-            arguments=dict(data.get("arguments") or {}),
-            meta=data.get("meta") or None,
-        )
-
 
 @dataclass(frozen=True)
 class Message:

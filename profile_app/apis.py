@@ -10,14 +10,14 @@ from rest_framework.views import APIView
 from ethan_site.api import refused
 from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
 from profile_app import selectors, services
-from profile_app.markdown import ProfileParseError
+from profile_app.markdown import ProfileParseError, render
 from profile_app.sections import SECTIONS, section_for
 
 
 def profile_payload(owner, notes: list[str] | None = None) -> dict:
     contents = selectors.profile_sections(owner=owner)
     payload = {
-        "markdown": selectors.render_profile(contents),
+        "markdown": render(contents),
         "sections": [
             {"key": s.key, "title": s.title, "content": contents[s.key]} for s in SECTIONS
         ],

@@ -15,13 +15,8 @@ def profile_sections(*, owner: AbstractBaseUser) -> dict[str, str]:
     return {section.key: stored.get(section.key, "") for section in SECTIONS}
 
 
-def render_profile(contents: dict[str, str]) -> str:
-    """user_profile.md (see profile_app.markdown)."""
-    return render(contents)
-
-
 def profile_markdown(*, owner: AbstractBaseUser) -> str:
-    return render_profile(profile_sections(owner=owner))
+    return render(profile_sections(owner=owner))
 
 
 def profile_is_empty(contents: dict[str, str]) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -310,6 +310,49 @@ def rows_reindex(queryset: QuerySet, tokens_of: Callable[[Any], str]) -> int:
                 changed.append(row)
         queryset.model.objects.bulk_update(changed, ["search_tokens"], batch_size=500)
     return len(changed)
+
+
+@dataclass(frozen=True)
+class ReindexStep:
+    """One batch of a reindex (ethan_reindex): rows of the kind in all, gone through so far,
+    and how many this batch rewrote."""
+
+    total: int
+    done: int
+    changed: int
+
+
+def rows_reindex_batches(
+    queryset: QuerySet, tokens_of: Callable[[Any], str], *, batch: int
+) -> Iterator[ReindexStep]:
+    """rows_reindex over the whole `queryset`, `batch` ids at a time in id order: how an app
+    that keeps search tokens on its rows (facts, episodes) offers its reindexing."""
+    ids = list(queryset.order_by("pk").values_list("pk", flat=True))
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        changed = rows_reindex(queryset.filter(pk__in=chunk), tokens_of)
+        yield ReindexStep(total=len(ids), done=start + len(chunk), changed=changed)
+
+
+def messages_reindex_batches(*, batch: int) -> Iterator[ReindexStep]:
+    """messages_reindex over every session: whole sessions at a time (a message's tokens carry
+    its neighbours'), about `batch` messages a transaction, in id order."""
+    from sessions_app.models import ChatSession
+
+    sessions = ChatSession.objects.order_by("pk").values_list("pk", "last_seq")
+    total = sum(size for _pk, size in sessions)
+    done = 0
+    group: list[str] = []
+    size = 0
+    for pk, last_seq in sessions.iterator():
+        group.append(pk)
+        size += last_seq
+        if size >= batch:
+            done += size
+            yield ReindexStep(total=total, done=done, changed=messages_reindex(group))
+            group, size = [], 0
+    if group:
+        yield ReindexStep(total=total, done=total, changed=messages_reindex(group))
 
 
 @dataclass(frozen=True)

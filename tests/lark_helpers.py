@@ -96,6 +96,13 @@ def deliver(
     return client.generic("POST", "/lark/webhook", body, content_type="application/json", **meta)
 
 
+def forget_cached() -> None:
+    """Each test starts with no tenant token or bot id cached by an earlier one."""
+    with LarkClient._lock:
+        LarkClient._tokens.clear()
+        LarkClient._bot_ids.clear()
+
+
 @pytest.fixture
 def lark(settings, llm_config, monkeypatch):
     """The fake Lark server and Ethan's Lark settings pointing at it (embedded mode)."""
@@ -105,7 +112,7 @@ def lark(settings, llm_config, monkeypatch):
     settings.LARK_APP_ID, settings.LARK_APP_SECRET = FakeLark.APP_ID, FakeLark.APP_SECRET
     settings.LARK_VERIFICATION_TOKEN, settings.LARK_ENCRYPT_KEY = TOKEN, KEY
     settings.LARK_BOT_OPEN_ID = ""
-    LarkClient.forget_cached()
+    forget_cached()
     from agent_app.lark import handling
 
     real = handling.lark_client
@@ -117,5 +124,5 @@ def lark(settings, llm_config, monkeypatch):
 
     monkeypatch.setattr(handling, "lark_client", fast_client)
     yield fake
-    LarkClient.forget_cached()
+    forget_cached()
     fake.close()

@@ -142,9 +142,3 @@ class LarkClient:
                 "uuid": idempotency_key[:50],
             },
         )
-
-    @classmethod
-    def forget_cached(cls) -> None:
-        with cls._lock:
-            cls._tokens.clear()
-            cls._bot_ids.clear()

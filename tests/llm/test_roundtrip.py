@@ -204,4 +204,4 @@ def test_tool_calls_survive_json_storage(fakes):
     )
     stored = [call.to_json() for call in completion.tool_calls]
     assert stored[0]["meta"]["thought_signature"] == base64.b64encode(b"sig-call_9").decode()
-    assert tuple(ToolCall.from_json(item) for item in stored) == completion.tool_calls
+    assert [call.to_json() for call in completion.tool_calls] == stored
