@@ -24,7 +24,7 @@ def session_finish(*, session: ChatSession) -> None:
     after the commit, write its episode (sessions under two rounds get none)."""
     session_services.session_end(session=session)
     if session.is_persisted:
-        enqueue(write_episode, session.pk)
+        enqueue(session_episode_write_task, session.pk)
 
 
 def sessions_finish_idle() -> list[str]:
@@ -33,7 +33,7 @@ def sessions_finish_idle() -> list[str]:
     a second run, or a racing one, ends none of them again."""
     closed = session_services.sessions_close_idle(idle_minutes=settings.ETHAN_SESSION_IDLE_MINUTES)
     for session_id in closed:
-        enqueue(write_episode, session_id)
+        enqueue(session_episode_write_task, session_id)
     return closed
 
 
@@ -54,18 +54,18 @@ def session_episode_write(*, session_id: str) -> bool:
 
 
 @ethan_task(name="episodes.write")
-def write_episode(session_id: str) -> bool:
+def session_episode_write_task(session_id: str) -> bool:
     return session_episode_write(session_id=session_id)
 
 
 @ethan_task(name="sessions.close_idle")
-def close_idle() -> int:
+def sessions_finish_idle_task() -> int:
     """Periodic (ethan_site.schedule): idle API and Lark sessions are ended."""
     return len(sessions_finish_idle())
 
 
 @ethan_task(name="sessions.cleanup_empty")
-def cleanup_empty() -> int:
+def sessions_cleanup_empty_task() -> int:
     """Periodic: sessions left with no messages (all deleted in the admin, an import) go.
     Deleting what has no messages is safe to repeat: a second run finds nothing."""
     return session_services.sessions_cleanup_empty()

@@ -241,13 +241,13 @@ def load_conversation(
 
 def consolidate(loaded: Loaded) -> None:
     """What production does after the turns and at the end of each session (offline model)."""
-    from agent_app.lifecycle import write_episode
+    from agent_app.lifecycle import session_episode_write_task
     from memory_app.consolidator import consolidation_run
     from sessions_app.models import ChatSession
 
     for session in ChatSession.objects.filter(owner=loaded.owner).order_by("created_at"):
         consolidation_run(session_id=session.pk)
-        write_episode(session.pk)
+        session_episode_write_task(session.pk)
 
 
 def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str], int]:

@@ -69,6 +69,33 @@ def consolidation_run(
     return report
 
 
+def consolidation_catch_up() -> int:
+    """Sessions of the last week whose consolidation is due but did not run (the broker was
+    down when their turn ended, or a task gave up) are consolidated now; returns how many.
+    Safe alongside the regular tasks: consolidation_run claims each batch."""
+    from datetime import timedelta
+
+    from django.conf import settings
+    from django.db.models import F, Value
+    from django.db.models.functions import Coalesce
+
+    due = (
+        ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
+        .annotate(done=Coalesce(F("working_state__compressed_through"), Value(0)))
+        .filter(
+            round_count__gte=F("done")
+            + settings.ETHAN_MEMORY_HOT_SIZE
+            + settings.ETHAN_MEMORY_COMPRESS_BATCH
+        )
+        .values_list("pk", flat=True)
+    )
+    count = 0
+    for session_id in due:
+        consolidation_run(session_id=session_id)
+        count += 1
+    return count
+
+
 def _state(session: ChatSession) -> WorkingState:
     return WorkingState.objects.get(session=session)
 

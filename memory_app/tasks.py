@@ -1,12 +1,13 @@
 """Thin Celery shells over the memory services: ids in, a service call, the shared retry
-policy (ethan_site.queue.ethan_task). The services are imported inside each task: services
-import tasks to enqueue them, never the other way round at import time."""
+policy (ethan_site.queue.ethan_task). Each is named after its service with `_task`; `name=` is
+the stable name queued messages and the beat schedule use. The services are imported inside
+each task: services import tasks to enqueue them, never the other way round at import time."""
 
 from ethan_site.queue import ethan_task
 
 
 @ethan_task(name="memory.consolidate_session")
-def consolidate_session(session_id: str) -> dict:
+def consolidation_run_task(session_id: str) -> dict:
     from memory_app import consolidator
 
     report = consolidator.consolidation_run(session_id=session_id)
@@ -19,51 +20,16 @@ def consolidate_session(session_id: str) -> dict:
 
 
 @ethan_task(name="memory.catch_up")
-def catch_up() -> int:
-    """Sessions whose consolidation is due but did not run (the broker was down when their turn
-    ended, or a task gave up): consolidate them now. Safe alongside the regular tasks."""
-    from datetime import timedelta
-
-    from django.conf import settings
-    from django.db.models import F, Value
-    from django.db.models.functions import Coalesce
-    from django.utils import timezone
-
+def consolidation_catch_up_task() -> int:
+    """Periodic (ethan_site.schedule): consolidation that is due but did not run."""
     from memory_app import consolidator
-    from sessions_app.models import ChatSession
 
-    due = (
-        ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
-        .annotate(done=Coalesce(F("working_state__compressed_through"), Value(0)))
-        .filter(
-            round_count__gte=F("done")
-            + settings.ETHAN_MEMORY_HOT_SIZE
-            + settings.ETHAN_MEMORY_COMPRESS_BATCH
-        )
-        .values_list("pk", flat=True)
-    )
-    count = 0
-    for session_id in due:
-        consolidator.consolidation_run(session_id=session_id)
-        count += 1
-    return count
+    return consolidator.consolidation_catch_up()
 
 
 @ethan_task(name="memory.evict_sweep")
-def evict_sweep() -> int:
-    """Owners over their fact capacity (a lowered setting, imports) are brought back under it."""
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.db.models import Count, Q
-
+def facts_evict_sweep_task() -> int:
+    """Periodic: owners over their fact capacity are brought back under it."""
     from memory_app import services
-    from memory_app.models import Fact
 
-    over = (
-        get_user_model()
-        .objects.annotate(active=Count("facts", filter=Q(facts__status=Fact.Status.ACTIVE)))
-        .filter(active__gt=settings.ETHAN_FACT_CAPACITY)
-    )
-    return sum(
-        services.facts_evict_over_capacity(owner=owner, actor="evict_sweep") for owner in over
-    )
+    return services.facts_evict_sweep(actor="evict_sweep")

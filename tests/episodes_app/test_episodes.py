@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from agent_app.lifecycle import close_idle, write_episode
+from agent_app.lifecycle import session_episode_write_task, sessions_finish_idle_task
 from agent_app.prompts import build_system
 from episodes_app.keywords import keywords_for
 from episodes_app.models import Episode
@@ -146,10 +146,10 @@ def test_idle_api_sessions_get_their_episode(owner, llm_config, settings):
     settings.ETHAN_EMBEDDED = True
     idle = conversation(owner, "帮我规划预算。", "下个月要买电脑。", channel="api")
     ChatSession.objects.filter(pk=idle.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert close_idle() == 1
+    assert sessions_finish_idle_task() == 1
     queue.run_deferred()
     assert Episode.objects.get().session_ref == idle.pk
-    assert write_episode(idle.pk) is True and Episode.objects.count() == 1
+    assert session_episode_write_task(idle.pk) is True and Episode.objects.count() == 1
 
 
 @pytest.mark.django_db

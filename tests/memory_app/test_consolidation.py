@@ -331,7 +331,7 @@ def test_idle_api_sessions_are_closed(owner, make_session):
 
     from django.utils import timezone
 
-    from agent_app.lifecycle import close_idle
+    from agent_app.lifecycle import sessions_finish_idle_task
     from sessions_app.models import ChatSession
 
     idle = make_session(owner, "old", "reply", channel="api")
@@ -344,11 +344,11 @@ def test_idle_api_sessions_are_closed(owner, make_session):
     def ended() -> list[str]:
         return list(ChatSession.objects.exclude(ended_at=None).values_list("pk", flat=True))
 
-    assert close_idle() == 1
+    assert sessions_finish_idle_task() == 1
     # Only the idle API session: the Lark chat was active within the timeout, and a console
     # session ends when the console does, however long ago its last message was.
     assert ended() == [idle.pk]
-    assert close_idle() == 0  # a second run ends nothing more
+    assert sessions_finish_idle_task() == 0  # a second run ends nothing more
     assert ended() == [idle.pk]
     assert set(ChatSession.objects.filter(ended_at=None).values_list("pk", flat=True)) == {
         fresh.pk,

@@ -11,7 +11,7 @@ import pytest
 from agent_app.turn import turn_run
 from ethan_site import queue
 from memory_app.models import Fact, FactEvent, Summary, WorkingState
-from memory_app.tasks import consolidate_session
+from memory_app.tasks import consolidation_run_task
 from sessions_app import services as session_services
 from tests.fakes.base import Reply
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -75,8 +75,8 @@ def test_two_workers_racing_store_one_summary_per_batch(workers, owner, slow_mod
     session = _session_with_rounds(owner, 25)
     workers.start("racer-a", **SMALL, **slow_model.env)
     workers.start("racer-b", **SMALL, **slow_model.env)
-    consolidate_session.delay(session.pk)
-    consolidate_session.delay(session.pk)
+    consolidation_run_task.delay(session.pk)
+    consolidation_run_task.delay(session.pk)
     assert wait_for(
         lambda: WorkingState.objects.filter(session=session, compressed_through=24).exists(),
         timeout=60,
@@ -97,7 +97,7 @@ def test_a_worker_killed_mid_task_is_redelivered_without_duplicates(workers, own
     slow_model.delays = [60]  # the first model call hangs: the worker is killed during it
     env = {**SMALL, **slow_model.env, "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3"}
     first = workers.start("doomed", pool="prefork", **env)
-    consolidate_session.delay(session.pk)
+    consolidation_run_task.delay(session.pk)
     assert wait_for(lambda: len(slow_model.requests) == 1, timeout=30), first.log_path.read_text()[
         -3000:
     ]
@@ -157,7 +157,7 @@ def test_a_worker_killed_mid_extraction_leaves_one_summary_per_batch_and_no_dupl
     try:
         session = _session_with_rounds(owner, 3)
         first = workers.start("doomed", pool="prefork", **env)
-        consolidate_session.delay(session.pk)
+        consolidation_run_task.delay(session.pk)
         assert wait_for(lambda: model.hung, timeout=30), first.log_path.read_text()[-3000:]
         workers.crash(first)
         # It died holding the extraction: its summaries are stored, no fact is.
@@ -193,7 +193,7 @@ def test_a_worker_killed_mid_extraction_leaves_one_summary_per_batch_and_no_dupl
 
         # Delivered once more (a crash after the commit, before the acknowledgement): the
         # moved cursors make it a no-op.
-        assert consolidate_session.apply(args=[session.pk]).get() == {
+        assert consolidation_run_task.apply(args=[session.pk]).get() == {
             "summaries": 0,
             "extractions": 0,
             "facts": [],

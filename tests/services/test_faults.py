@@ -13,7 +13,7 @@ from django.db import connection
 
 from ethan_site.celery import app as celery_app
 from memory_app.models import Fact, FactEvent, Summary
-from memory_app.tasks import catch_up
+from memory_app.tasks import consolidation_catch_up_task
 from sessions_app.models import ChatSession, Message
 from tests.fakes.base import Reply
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -71,14 +71,14 @@ def test_redis_down_chats_still_answer_and_consolidation_catches_up_later(
     assert health.status_code == 503 and health.json()["broker"].startswith("error")
 
     redis_down()  # Redis is back: the sweep finds the session left behind
-    assert catch_up() == 1
+    assert consolidation_catch_up_task() == 1
     session = ChatSession.objects.get(pk=session_id)
     assert list(
         Summary.objects.filter(session=session)
         .order_by("first_round")
         .values_list("first_round", "last_round")
     ) == [(1, 1), (2, 2), (3, 3)]
-    assert catch_up() == 0  # nothing left to do
+    assert consolidation_catch_up_task() == 0  # nothing left to do
 
 
 @pytest.mark.django_db(transaction=True)

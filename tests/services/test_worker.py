@@ -5,7 +5,7 @@ import threading
 import pytest
 from django.db import connection
 
-from agent_app.lifecycle import cleanup_empty
+from agent_app.lifecycle import sessions_cleanup_empty_task
 from ethan_site import queue
 from sessions_app import services
 from sessions_app.models import ChatSession, Message
@@ -17,7 +17,7 @@ def test_enqueued_task_runs_on_a_real_worker(celery_worker_process, owner, make_
     kept = make_session(owner, "hello", "hi")
     ChatSession.objects.create(id="s_20260101_0000_empt", owner=owner)
 
-    queue.enqueue(cleanup_empty)  # autocommit: sent to Redis at once
+    queue.enqueue(sessions_cleanup_empty_task)  # autocommit: sent to Redis at once
 
     assert wait_for(lambda: not ChatSession.objects.filter(pk="s_20260101_0000_empt").exists())
     assert list(ChatSession.objects.values_list("pk", flat=True)) == [kept.pk]
@@ -41,7 +41,7 @@ def test_enqueue_inside_a_transaction_waits_for_commit(celery_worker_process, ow
 
     with transaction.atomic():
         ChatSession.objects.create(id="s_20260101_0000_emp2", owner=owner)
-        queue.enqueue(cleanup_empty)
+        queue.enqueue(sessions_cleanup_empty_task)
         # Not yet sent: were it, a worker could run before this row is visible to it.
     assert wait_for(lambda: not ChatSession.objects.exists())
 
