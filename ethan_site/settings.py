@@ -106,6 +106,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A sign-in refused by the throttle (below) becomes a 429 page.
+    "ethan_site.signin.SignInThrottleMiddleware",
 ]
 
 ROOT_URLCONF = "ethan_site.urls"
@@ -165,6 +167,13 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Every password sign-in (the admin's form, the site's, any later one) is counted first, per
+# username and per client address, and past ETHAN_LOGIN_RATE refused before any password is
+# checked (ethan_site.signin).
+AUTHENTICATION_BACKENDS = [
+    "ethan_site.signin.SignInThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/profile/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -179,7 +188,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["ethan_site.throttles.PerUserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "user": _config.rate("ETHAN_API_RATE", "600/min"),
-        # Sign-in attempts per client address on /accounts/login/ (ethan_site.views).
+        # Sign-in attempts on every sign-in form, per username and per client address
+        # (ethan_site.signin).
         "login": _config.rate("ETHAN_LOGIN_RATE", "10/min"),
     },
     # Behind a reverse proxy, the client address is the last X-Forwarded-For hop it added.

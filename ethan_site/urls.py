@@ -4,13 +4,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agent_app.lark.webhook import lark_webhook
 from ethan_site.health import healthz
-from ethan_site.views import LoginView
 from profile_app.views import ProfilePage
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # Before Django's auth URLs: the same name ("login"), throttled.
-    path("accounts/login/", LoginView.as_view(), name="login"),
+    # Sign-in ("login") among them: its throttle is every sign-in form's (ethan_site.signin).
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
     path("memory/", include("agent_app.memory_page.urls")),

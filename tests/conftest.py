@@ -15,6 +15,7 @@ from sessions_app import services
 from sessions_app.models import ChatSession, Message
 from tests.lark_helpers import lark  # noqa: F401
 from tests.llm_fixtures import fakes, llm_config, provider  # noqa: F401
+from tests.signin_helpers import sign_in_clock  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

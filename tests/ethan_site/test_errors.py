@@ -1,10 +1,9 @@
-"""JSON errors on the API, the login throttle, secrets off the debug page (in-process; the
-same over a real socket is tests/ethan_site/test_security.py)."""
+"""JSON errors on the API, secrets off the debug page (in-process; the same over a real socket
+is tests/ethan_site/test_security.py; the sign-in throttle is tests/ethan_site/test_signin.py)."""
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import path
 
@@ -43,29 +42,6 @@ def test_api_errors_are_json_with_a_detail(api_for, owner):
         "detail": "content: This field is required.",
         "content": ["This field is required."],
     }
-
-
-def test_the_login_form_is_throttled_per_address(client, settings, monkeypatch):
-    from ethan_site.throttles import LoginThrottle
-
-    # A cache of this test's own: the counting, not the sharing (test_security.py runs several
-    # gunicorn workers on a shared one), and no other test process clears it mid-test.
-    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    monkeypatch.setattr(LoginThrottle, "THROTTLE_RATES", {"login": "3/min"})
-    get_user_model().objects.create_user(username="ada", password="right-password-1")
-    guesses = [
-        client.post("/accounts/login/", {"username": "ada", "password": f"guess{i}"})
-        for i in range(3)
-    ]
-    assert [g.status_code for g in guesses] == [200, 200, 200]
-    # Past the rate even the right password is not checked.
-    refused = client.post("/accounts/login/", {"username": "ada", "password": "right-password-1"})
-    assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
-    assert "Too many attempts" in refused.content.decode()
-    assert "_auth_user_id" not in client.session
-    other = Client(REMOTE_ADDR="10.0.0.9")
-    welcome = other.post("/accounts/login/", {"username": "ada", "password": "right-password-1"})
-    assert welcome.status_code == 302
 
 
 def _explode(request):
