@@ -1,4 +1,5 @@
-"""The seven sections of user_profile.md, in order, by Chinese title and by ASCII key."""
+"""The seven sections of user_profile.md, in order, by Chinese title and by ASCII key, each
+with an English gloss the pages show beside its title (never written into the document)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,43 @@ from dataclasses import dataclass
 class Section:
     key: str
     title: str
+    english: str  # the gloss beside the title on the pages
     purpose: str
 
 
 SECTIONS: tuple[Section, ...] = (
-    Section("basic", "基础特征", "name, age, character, interests: stable traits the user gives"),
-    Section("identity", "身份与背景", "occupation, region, role"),
-    Section("goals", "目标与方向", "long-term goals, current focus"),
-    Section("work_style", "工作与沟通方式", "preferred communication style, working rhythm"),
-    Section("psych", "心理与情绪", "emotional patterns, stressors, what soothes, values"),
-    Section("language", "个人语言与激励", "the user's own words, motivating phrases"),
-    Section("agreements", "与 Agent 的约定", "agreements with the agent for given situations"),
+    Section(
+        "basic",
+        "基础特征",
+        "Basics",
+        "name, age, character, interests: stable traits the user gives",
+    ),
+    Section("identity", "身份与背景", "Identity and background", "occupation, region, role"),
+    Section("goals", "目标与方向", "Goals and direction", "long-term goals, current focus"),
+    Section(
+        "work_style",
+        "工作与沟通方式",
+        "Work and communication",
+        "preferred communication style, working rhythm",
+    ),
+    Section(
+        "psych",
+        "心理与情绪",
+        "Mind and mood",
+        "emotional patterns, stressors, what soothes, values",
+    ),
+    Section(
+        "language",
+        "个人语言与激励",
+        "Personal language and motivation",
+        "the user's own words, motivating phrases",
+    ),
+    Section(
+        "agreements",
+        "与 Agent 的约定",
+        "Agreements with Ethan",
+        "agreements with the agent for given situations",
+    ),
 )
 BY_KEY = {section.key: section for section in SECTIONS}
 BY_TITLE = {section.title: section for section in SECTIONS}

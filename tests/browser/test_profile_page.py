@@ -77,14 +77,14 @@ def test_profile_page_in_chromium(browser, live_server, tmp_path):
 
     rendered = browser.find_element(By.ID, "rendered")
     headings = [h.text for h in rendered.find_elements(By.TAG_NAME, "h2")]
-    assert headings == [
-        "基础特征",
-        "身份与背景",
-        "目标与方向",
-        "工作与沟通方式",
-        "心理与情绪",
-        "个人语言与激励",
-        "与 Agent 的约定",
+    assert headings == [  # each with its English beside it, on the page only
+        "基础特征 · Basics",
+        "身份与背景 · Identity and background",
+        "目标与方向 · Goals and direction",
+        "工作与沟通方式 · Work and communication",
+        "心理与情绪 · Mind and mood",
+        "个人语言与激励 · Personal language and motivation",
+        "与 Agent 的约定 · Agreements with Ethan",
     ]
     assert "名字：Ada" in rendered.text
     editor = browser.find_element(By.ID, "markdown")
