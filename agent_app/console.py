@@ -29,6 +29,7 @@ from agent_app.turn import (
     turn_plan,
     turn_start,
 )
+from ethan_site.private import private_file
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
 from sessions_app.errors import SessionError
@@ -90,8 +91,8 @@ class TerminalIO(PlainIO):
         from prompt_toolkit.history import FileHistory
         from rich.console import Console as RichConsole
 
-        history.parent.mkdir(parents=True, exist_ok=True)
-        self.prompt = PromptSession(history=FileHistory(str(history)))
+        # Created 0600: what a person typed is theirs alone (ethan_site.private).
+        self.prompt = PromptSession(history=FileHistory(str(private_file(history))))
         self.rich = RichConsole(file=stdout)
         self.live = None  # the reply being written, redrawn in place
         self.live_text = ""

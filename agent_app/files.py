@@ -12,6 +12,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.models import OwnerSettings
 from ethan_site.layout import Imported, LayoutError
+from ethan_site.private import private_write_text
 
 CONFIG = "config.yaml"
 
@@ -37,6 +38,6 @@ def config_export(*, owner: AbstractBaseUser, home: Path) -> None:
     """Write `owner`'s imported config.yaml back, if they have one."""
     values = OwnerSettings.objects.filter(owner=owner).values_list("values", flat=True).first()
     if values is not None:
-        (home / CONFIG).write_text(
-            yaml.safe_dump(values, allow_unicode=True, sort_keys=False), encoding="utf-8"
+        private_write_text(
+            home / CONFIG, yaml.safe_dump(values, allow_unicode=True, sort_keys=False)
         )

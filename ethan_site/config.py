@@ -220,6 +220,8 @@ def secret_key_file(home: Path) -> str:
     import secrets
     import time
 
+    from ethan_site.private import FILE_MODE, private_dir
+
     path = home / "secret_key"
     for _ in range(50):
         try:
@@ -234,9 +236,9 @@ def secret_key_file(home: Path) -> str:
             time.sleep(0.02)  # another process has just created it and is writing
             continue
         try:
-            home.mkdir(parents=True, exist_ok=True)
+            private_dir(home)
             # O_EXCL: of two processes starting at once, the second reads the first one's key.
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError:
             continue
         except OSError as exc:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ethan_site.limits import too_long
+from ethan_site.private import private_write_text
 
 # Rows per INSERT of a bulk import, and per read of an export.
 BATCH = 5000
@@ -72,8 +73,7 @@ def json_list(path: Path, name: str, key: str) -> list[dict[str, Any]]:
 
 
 def json_write(path: Path, data: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    private_write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def text(item: dict, key: str, where: str, required: bool = False) -> str:

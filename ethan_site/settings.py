@@ -9,12 +9,14 @@ offline model.
 from __future__ import annotations
 
 import os
+import sys
 import zoneinfo
 from pathlib import Path
 
 import dj_database_url
 
 from ethan_site.config import Config, ConfigError, secret_key_file
+from ethan_site.private import home_tighten, private_file
 from llm.config import PROVIDER_VARS
 from llm.errors import ModelConfigError
 from llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes, provider_for
@@ -140,7 +142,8 @@ except (ValueError, KeyError) as exc:  # dj-database-url raises these for unknow
 
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     if _database["NAME"] != ":memory:":
-        Path(_database["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        # Made 0600 before SQLite first opens it: its -wal, -shm and -journal files take its mode.
+        private_file(Path(_database["NAME"]))
     # The console, the web process and the embedded tasks share one file. IMMEDIATE takes the
     # write lock when a transaction starts, so two writers queue up (up to `timeout` seconds)
     # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
@@ -158,6 +161,16 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
     _database.setdefault("OPTIONS", {})["options"] = "-c jit=off"
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# The home holds one person's memory: the folder 0700, Ethan's files in it 0600
+# (ethan_site.private). A home from before, or opened up by hand, is tightened here, by whichever
+# process starts first, with one line saying so; a start that changes nothing says nothing.
+_tightened = home_tighten(
+    ETHAN_HOME,
+    database=Path(_database["NAME"]) if _database["ENGINE"].endswith("sqlite3") else None,
+)
+if _tightened:
+    sys.stderr.write(_tightened + "\n")
 
 # --- Auth, i18n, static ----------------------------------------------------------------------
 

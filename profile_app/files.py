@@ -14,6 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from ethan_site.layout import Imported, LayoutError
 from ethan_site.limits import PROFILE_MAX_CHARS
+from ethan_site.private import private_write_text
 from profile_app.markdown import ProfileParseError, parse, render
 from profile_app.selectors import profile_markdown
 from profile_app.services import profile_sections_replace
@@ -51,6 +52,4 @@ def profile_import(*, owner: AbstractBaseUser, sections: dict[str, str]) -> Impo
 
 def profile_export(*, owner: AbstractBaseUser, home: Path) -> None:
     """Write `owner`'s profile as home/memory/user_profile.md."""
-    path = home / PROFILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(profile_markdown(owner=owner), encoding="utf-8")
+    private_write_text(home / PROFILE, profile_markdown(owner=owner))

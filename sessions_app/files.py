@@ -23,6 +23,7 @@ from django.db.models.functions import Concat
 from django.utils import timezone
 
 from ethan_site.layout import BATCH, Imported, LayoutError, epoch, file_time
+from ethan_site.private import private_file
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
 from sessions_app.services import message_opens_round
@@ -219,9 +220,9 @@ def sessions_export(*, owner: AbstractBaseUser, home: Path) -> dict[str, int]:
     """Write `owner`'s sessions and messages as home/sessions.db (replacing it)."""
     counts = {"sessions": 0, "messages": 0}
     path = home / SESSIONS_DB
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
-    db = sqlite3.connect(path)
+    # 0600 before SQLite opens it, which gives its -journal the same mode (ethan_site.private).
+    db = sqlite3.connect(private_file(path))
     try:
         db.execute(
             "CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT, model TEXT, "
