@@ -360,6 +360,56 @@ def test_an_edit_is_kept_in_the_history_and_undone(owner, memories):
     assert "Ada lives in Porto" in context and "Lisbon" not in context
 
 
+def test_an_edit_into_a_known_facts_words_merges_the_two_and_is_undone(owner, memories):
+    ada = memories["Ada"]
+    known = fact(owner, "Ada lives in Lisbon", confidence=0.9)
+    client = client_for(owner)
+
+    saved = client.post(
+        f"/memory/facts/{ada['fact'].pk}/edit/", {"content": "ada lives in lisbon."}, follow=True
+    )
+
+    assert saved.redirect_chain == [(f"/memory/facts/{ada['fact'].pk}/", 302)]
+    assert (
+        f"已与 #{known.pk} 合并 / Merged into #{known.pk}, the same fact you already had."
+        in saved.text
+    )
+    assert f'<a id="successor" href="/memory/facts/{known.pk}/">' in saved.text
+    row = Fact.objects.get(pk=ada["fact"].pk)
+    known.refresh_from_db()
+    assert (row.status, row.superseded_by_id) == (Fact.Status.SUPERSEDED, known.pk)
+    assert (known.status, known.hit_count) == (Fact.Status.ACTIVE, 2)
+    # The merged fact now holds the message the edited one was said in.
+    assert list(known.sources.values_list("seq", flat=True)) == [1]
+    assert events(row)[1:] == [
+        (
+            "supersede",
+            "Ada lives in Porto",
+            "ada lives in lisbon.",
+            f"user:ada (edit merged into #{known.pk})",
+        )
+    ]
+    assert events(known)[1:] == [
+        (
+            "reinforce",
+            "Ada lives in Lisbon",
+            "Ada lives in Lisbon",
+            f"user:ada (merged #{row.pk} into it)",
+        )
+    ]
+    listed = client.get("/memory/").text
+    assert listed.count("Ada lives in Lisbon") == 1 and "ada lives in lisbon." not in listed
+
+    client.post(f"/memory/facts/{row.pk}/undo/")  # the edited fact back, as it was
+
+    row.refresh_from_db()
+    assert (row.content, row.status, row.superseded_by_id) == (
+        "Ada lives in Porto",
+        Fact.Status.ACTIVE,
+        None,
+    )
+
+
 def test_an_empty_or_too_long_edit_is_refused_with_its_reason_and_nothing_changes(owner, memories):
     ada = memories["Ada"]
     client = client_for(owner)
@@ -448,6 +498,27 @@ def test_keep_and_forget_from_the_new_list_then_keep_all(owner, memories):
     assert MemoryReview.objects.filter(owner=owner).count() == 1  # the mark alone
     again = fact(owner, "Ada runs on Sundays")
     assert new_ids() == [again.pk]
+
+
+def test_the_new_list_says_since_when(owner, other_owner):
+    def since(person) -> str:
+        page = client_for(person).get("/memory/new/").text
+        return " ".join(re.search(r'<p id="since">(.*?)</p>', page, re.S)[1].split())
+
+    assert since(owner) == (
+        "这些是你开始使用以来记住的：保留，或忘记。 These were remembered since you started: "
+        "keep them, or forget them. 只是打开这一页不算看过。Only opening this page does not "
+        "mark them seen."
+    )
+    reviewed = timezone.now() - timedelta(days=2)
+    services.memory_review_all(owner=owner, until=reviewed)
+    when = timezone.localtime(reviewed).strftime("%Y-%m-%d %H:%M")
+    assert since(owner) == (
+        f"这些是你 {when} 上次看完之后记住的：保留，或忘记。 These were remembered since you "
+        f"last reviewed, on {when}: keep them, or forget them. 只是打开这一页不算看过。Only "
+        "opening this page does not mark them seen."
+    )
+    assert "since you started" in since(other_owner)  # her mark is hers alone
 
 
 # ---- 规则 / Procedures -----------------------------------------------------------------------
