@@ -4,6 +4,7 @@ ethan_site.throttles)."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from rest_framework import exceptions, status
@@ -12,6 +13,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
 
 
 class Pages(PageNumberPagination):
@@ -30,6 +34,17 @@ class BearerTokenAuthentication(TokenAuthentication):
     OpenAI and MCP clients send a key."""
 
     keyword = "Bearer"
+
+
+def api_token_get_or_create(*, owner: AbstractBaseUser) -> str:
+    """The person's API token (REST, /v1, MCP), made on first use. Two requests racing to make
+    it both get the one row: a token's user is unique, and get_or_create reads the winner's row
+    after losing the insert."""
+    # Imported here: this module is loaded with the settings' logging (ethan_site.errors),
+    # before the app registry, which a model needs.
+    from rest_framework.authtoken.models import Token
+
+    return Token.objects.get_or_create(user=owner)[0].key
 
 
 def openai_error(

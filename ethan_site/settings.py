@@ -188,7 +188,7 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/profile/"
+LOGIN_REDIRECT_URL = "/"  # the home page: the memory pages and how to connect
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 REST_FRAMEWORK = {

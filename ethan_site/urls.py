@@ -2,11 +2,13 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from agent_app.home_page import home
 from agent_app.lark.webhook import lark_webhook
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
 
 urlpatterns = [
+    path("", home, name="home"),
     path("admin/", admin.site.urls),
     # Sign-in ("login") among them: its throttle is every sign-in form's (ethan_site.signin).
     path("accounts/", include("django.contrib.auth.urls")),

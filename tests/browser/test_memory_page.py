@@ -164,10 +164,10 @@ def context_system(browser, live_server, message: str) -> str:
     return json.loads(browser.find_element(By.TAG_NAME, "pre").text)["system"]
 
 
-def photograph(browser, tmp_path, name: str) -> None:
-    """A screenshot of the whole page (up to 2,000 pixels high); kept in docs/ when
-    ETHAN_SCREENSHOTS is set."""
-    shot = tmp_path / f"memory-{name}.png"
+def photograph(browser, tmp_path, name: str, prefix: str = "memory-") -> None:
+    """A screenshot of the whole page (up to 2,000 pixels high); kept in docs/ as
+    <prefix><name>.png when ETHAN_SCREENSHOTS is set."""
+    shot = tmp_path / f"{prefix}{name}.png"
     width, height = browser.get_window_size()["width"], browser.get_window_size()["height"]
     page = browser.execute_script("return document.documentElement.scrollHeight")
     browser.set_window_size(width, min(max(page + 140, 600), 2000))
