@@ -275,6 +275,11 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 # The MCP server over streamable HTTP (`ethan mcp --http`): where it listens. Its URL is
 # http://HOST:PORT/mcp.
 ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)
+# Its sessions per person: past the cap the person's session idle the longest is closed for the
+# new one (429 when all are in use); and new sessions (initialize) per person, counted in the
+# shared cache below. One token can then neither fill the server nor refuse anyone else.
+ETHAN_MCP_SESSIONS_PER_PERSON = _config.positive("ETHAN_MCP_SESSIONS_PER_PERSON", 10)
+ETHAN_MCP_INITIALIZE_RATE = _config.rate("ETHAN_MCP_INITIALIZE_RATE", "30/min")
 
 # --- Lark -----------------------------------------------------------------------------------
 # An event still being answered this long after a worker took it belongs to a worker that died:

@@ -23,6 +23,18 @@ from tests.conftest import ROOT, clean_env
 
 T = TypeVar("T")
 CLIENT_NAME = "test-host"
+# The handshake as raw JSON-RPC messages, for tests that speak the protocol by hand.
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
 def free_port() -> int:

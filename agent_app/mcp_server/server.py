@@ -21,6 +21,7 @@ threads; each opens and closes its database connection (`_database`).
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,10 +42,11 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
 
+from agent_app.mcp_server.http import JsonErrors, PersonalSessions
 from agent_app.memory_search import MAX_LIMIT, memory_search
 from agent_app.paths import FULL, SETTINGS
 from agent_app.prompts import fact_line, stored_text
@@ -139,6 +141,7 @@ class EthanMCP:
         self.server = MCPServer(
             NAME,
             title="Ethan memory",
+            version=importlib.metadata.version("ethan"),  # serverInfo.version
             instructions=INSTRUCTIONS,
             token_verifier=verifier,
             auth=auth,
@@ -603,10 +606,11 @@ def run_stdio(owner: AbstractBaseUser) -> None:
     EthanMCP(owner_id=owner.pk).server.run("stdio")
 
 
-def http_app(*, host: str, port: int) -> Starlette:
+def http_app(*, host: str, port: int) -> ASGIApp:
     """The streamable HTTP transport at /mcp (and /healthz), each request authenticated by its
     Bearer token. Host and Origin headers are checked against DJANGO_ALLOWED_HOSTS (DNS
-    rebinding), as the web process checks Host."""
+    rebinding), as the web process checks Host. Sessions are counted per person and every
+    error is JSON (agent_app.mcp_server.http)."""
     hosts = list(settings.ALLOWED_HOSTS)
     if "*" in hosts:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -618,6 +622,8 @@ def http_app(*, host: str, port: int) -> Starlette:
             allowed_origins=[f"{scheme}://{h}" for h in allowed for scheme in ("http", "https")],
         )
     mcp = EthanMCP(base_url=f"http://{host}:{port}")
-    return mcp.server.streamable_http_app(
+    app = mcp.server.streamable_http_app(
         streamable_http_path="/mcp", transport_security=security, host=host
     )
+    PersonalSessions.adopt(mcp.server.session_manager)
+    return JsonErrors(app)

@@ -22,6 +22,8 @@ from tests.conftest import ROOT, clean_env
 from tests.gunicorn_server import api_token, migrated_home
 from tests.mcp_client import (
     CLIENT_NAME,
+    INITIALIZE,
+    INITIALIZED,
     error_text,
     free_port,
     over_http,
@@ -360,17 +362,8 @@ def test_every_tool_over_stdio(home):
 def test_stdio_writes_nothing_but_the_protocol_to_stdout(home):
     """Every line on stdout is a JSON-RPC message: logs and warnings go to stderr."""
     messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        INITIALIZE,
+        INITIALIZED,
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
         {
             "jsonrpc": "2.0",

@@ -1,0 +1,229 @@
+"""The streamable HTTP door's own rules, around the mcp SDK's session manager.
+
+- Sessions per person: each person (the owner of the Bearer token) keeps at most
+  ETHAN_MCP_SESSIONS_PER_PERSON sessions open. Past it, their session idle the longest is
+  closed (terminated, its id then answers 404 as the spec says for an expired session) so the
+  new one is accepted; when every one of theirs is in use (a request being served, an open GET
+  stream), the new one is refused with 429. The SDK's global cap is switched off: it let one
+  token fill the server and refuse everyone else with 503.
+- Opening sessions is throttled per person (ETHAN_MCP_INITIALIZE_RATE, counted in the shared
+  cache like the API's throttle): 429 with Retry-After.
+- Every error answer of the app is JSON, `{"error": code, "error_description": text}`, the
+  shape of the SDK's 401; its transport checks answer plain text (a wrong Host is a 421).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import anyio.to_thread
+from django.conf import settings
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from redis import RedisError
+from rest_framework.throttling import SimpleRateThrottle
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+
+class SessionsInUse(Exception):
+    """A person at their session cap with none idle: the new session is refused."""
+
+
+class PersonalSessions(StreamableHTTPSessionManager):
+    """The SDK's session manager with per-person accounting. The SDK builds its Starlette app
+    around its own manager and takes no other, so `adopt` switches that manager's class to
+    this one before it runs; the overridden steps are the manager's own admission hooks."""
+
+    _evicting: dict[str, tuple[str, StreamableHTTPServerTransport]]
+
+    @classmethod
+    def adopt(cls, manager: StreamableHTTPSessionManager) -> PersonalSessions:
+        manager.__class__ = cls
+        # The SDK's cap counts everyone's sessions together (then 503 for all): off, as each
+        # person's sessions are capped instead (_admit_session).
+        manager.max_sessions = None
+        manager._evicting = {}
+        return manager  # type: ignore[return-value]
+
+    def sessions_of(self, person: str) -> dict[str, StreamableHTTPServerTransport]:
+        """The person's open sessions, oldest first."""
+        return {
+            session_id: self._server_instances[session_id]
+            for session_id, owner in self._session_owners.items()
+            if owner["client_id"] == person and session_id in self._server_instances
+        }
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = dict(scope["headers"])
+        if MCP_SESSION_ID_HEADER.encode() not in headers:
+            # A request that opens a session (an `initialize`): counted per person first.
+            person = _person(scope)
+            if person is not None:
+                wait = await anyio.to_thread.run_sync(_initialize_wait, person)
+                if wait is not None:
+                    await _error(
+                        429,
+                        "rate_limited",
+                        f"too many new MCP sessions; retry in {wait} s",
+                        {"Retry-After": str(wait)},
+                    )(scope, receive, send)
+                    return
+        try:
+            await super()._handle_stateful_request(scope, receive, send)
+        except SessionsInUse as refused:
+            await _error(429, "too_many_sessions", str(refused))(scope, receive, send)
+
+    def _admit_session(
+        self, requestor: AuthorizationContext | None
+    ) -> StreamableHTTPServerTransport | None:
+        # Under the manager's creation lock, with no await: the count and the choice of the
+        # session to close cannot interleave with another admission.
+        victim = None
+        if requestor is not None:
+            cap = settings.ETHAN_MCP_SESSIONS_PER_PERSON
+            theirs = self.sessions_of(requestor["client_id"])
+            if len(theirs) >= cap:
+                idle = {sid: t for sid, t in theirs.items() if _idle_since(t) is not None}
+                if not idle:
+                    raise SessionsInUse(
+                        f"{len(theirs)} MCP sessions of this person are open and in use "
+                        f"(at most {cap}): end one first"
+                    )
+                victim = min(idle, key=lambda sid: _idle_since(idle[sid]))
+                # Forgotten now, so its id answers 404 from this moment; terminated (its
+                # streams and server task freed) before the new session is answered.
+                self._server_instances.pop(victim)
+                self._session_owners.pop(victim, None)
+        transport = super()._admit_session(requestor)
+        if victim is not None and transport is not None:
+            self._evicting[transport.mcp_session_id] = (victim, theirs[victim])
+        return transport
+
+    async def _serve_opening_request(
+        self,
+        http_transport: StreamableHTTPServerTransport,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        evicted = self._evicting.pop(http_transport.mcp_session_id, None)
+        if evicted is not None:
+            await self._discard_session(*evicted)
+        await super()._serve_opening_request(http_transport, scope, receive, send)
+
+
+def _person(scope: Scope) -> str | None:
+    user = scope.get("user")
+    token = getattr(user, "access_token", None)
+    return token.client_id if token is not None else None
+
+
+def _idle_since(transport: StreamableHTTPServerTransport) -> float | None:
+    """When the session's idle countdown ends, or None while it is in use. The transport
+    holds its idle deadline at infinity while any request is in flight (an open GET stream
+    included) and until its opening request has started."""
+    scope = transport.idle_scope
+    if scope is None or scope.deadline == math.inf:
+        return None
+    return scope.deadline
+
+
+class InitializeThrottle(SimpleRateThrottle):
+    """Sessions opened per person (ETHAN_MCP_INITIALIZE_RATE, e.g. "30/min"), counted in the
+    shared cache as the API's requests are (ethan_site.throttles)."""
+
+    scope = "mcp_initialize"
+
+    def __init__(self, *, person: str) -> None:
+        self.person = person
+        super().__init__()
+
+    def get_rate(self) -> str:
+        return settings.ETHAN_MCP_INITIALIZE_RATE
+
+    def get_cache_key(self, request: None, view: None) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.person}
+
+
+def _initialize_wait(person: str) -> int | None:
+    """None when the person may open a session now, else the whole seconds to wait. A cache
+    that is down lets the session open, as it lets API requests through."""
+    throttle = InitializeThrottle(person=person)
+    try:
+        if throttle.allow_request(None, None):
+            return None
+    except (RedisError, OSError) as exc:
+        log.warning("MCP initialize not counted (cache unavailable: %s)", type(exc).__name__)
+        return None
+    return max(1, math.ceil(throttle.wait() or 1))
+
+
+def _error(
+    status: int, code: str, description: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(
+        {"error": code, "error_description": description}, status_code=status, headers=headers
+    )
+
+
+# The SDK's plain-text answers, by status: its transport checks (Content-Type, Host, Origin),
+# its body limit, and Starlette's own for an unknown path or method.
+PLAIN_ERRORS = {
+    400: "invalid_request",
+    403: "invalid_origin",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    421: "invalid_host",
+}
+
+
+class JsonErrors:
+    """Every error answer of the MCP app as JSON: a plain-text one is rewritten into
+    `{"error", "error_description"}` (JSON ones, the SDK's 401 and its JSON-RPC errors, pass)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        body = b""
+
+        async def rewrite(message: Message) -> None:
+            nonlocal start, body
+            if message["type"] == "http.response.start" and _plain_error(message):
+                start = message  # held until its body is complete
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body += message.get("body", b"")
+            if message.get("more_body", False):
+                return
+            status = start["status"]
+            text = body.decode("utf-8", "replace").strip() or "error"
+            kept = {
+                key.decode("latin-1"): value.decode("latin-1")
+                for key, value in start.get("headers", [])
+                if key.lower() not in (b"content-type", b"content-length")
+            }
+            answer = _error(status, PLAIN_ERRORS.get(status, "http_error"), text, kept)
+            await answer({"type": "http"}, receive, send)
+
+        await self.app(scope, receive, rewrite)
+
+
+def _plain_error(start: Message) -> bool:
+    if start["status"] < 400:
+        return False
+    headers: list[tuple[bytes, bytes]] = start.get("headers", [])
+    kind = next((value for key, value in headers if key.lower() == b"content-type"), b"")
+    return not kind.lower().startswith(b"application/json")
