@@ -198,6 +198,102 @@ def about_user(text: str) -> str:
     return f"User: {text}"
 
 
+# A stored fact, told back to the person it is about (told_to_user): the "User:" prefix of
+# about_user, or a third-person subject ("The user", "User's"), and the person's own first
+# person ("my favourite coffee") all become "you"/"your".
+_USER_PREFIX = re.compile(r"^\s*user\s*[:：]\s*", re.IGNORECASE)
+_USER_SUBJECT = re.compile(r"^\s*(?:the\s+)?user\b(?!['’]s)\s*", re.IGNORECASE)
+_USER_POSSESSIVE = re.compile(r"\b(?:the\s+)?user['’]s\b", re.IGNORECASE)
+_THE_USER = re.compile(r"\bthe\s+user\b", re.IGNORECASE)
+_USER_ZH = re.compile(r"用户(?!名|群|数|量|界面|体验|协议)")
+_FIRST_PERSON = {
+    "i'm": "you're",
+    "i've": "you've",
+    "i'd": "you'd",
+    "i'll": "you'll",
+    "i am": "you are",
+    "i was": "you were",
+    "i": "you",
+    "me": "you",
+    "my": "your",
+    "mine": "yours",
+    "myself": "yourself",
+}
+_FIRST_PERSON_WORD = re.compile(
+    r"\b(?:i['’](?:m|ve|d|ll)|i am|i was|i|me|my|mine|myself)\b(?![/'’]\w)", re.IGNORECASE
+)
+# The verb after "the user", in the third person singular, and its form after "you".
+_THIRD_PERSON_VERBS = {
+    "is": "are",
+    "was": "were",
+    "has": "have",
+    "does": "do",
+    "isn't": "aren't",
+    "wasn't": "weren't",
+    "doesn't": "don't",
+    "hasn't": "haven't",
+}
+_ADVERBS = frozenset("also always usually often never still really sometimes now only just".split())
+
+
+def _verb_after_you(word: str) -> str:
+    """`word`, a verb that followed "the user", as it reads after "you": is → are,
+    lives → live, studies → study, watches → watch. Anything else is left as it is."""
+    lower = word.lower().replace("’", "'")
+    if lower in _THIRD_PERSON_VERBS:
+        return _THIRD_PERSON_VERBS[lower]
+    if re.fullmatch(r"[a-z]+ies", lower) and len(lower) > 4:
+        return word[:-3] + "y"
+    if re.fullmatch(r"[a-z]+(?:ss|sh|ch|x|z|o)es", lower):
+        return word[:-2]
+    if re.fullmatch(r"[a-z]+[^su]s", lower):
+        return word[:-1]
+    return word
+
+
+def _first_person_to_second(text: str) -> str:
+    def swap(match: re.Match) -> str:
+        said = match.group(0)
+        told = _FIRST_PERSON[re.sub(r"\s+", " ", said.lower().replace("’", "'"))]
+        # "I" is always a capital; "My" only at the start of a sentence.
+        return told.capitalize() if said[0].isupper() and said[0] != "I" else told
+
+    return _FIRST_PERSON_WORD.sub(swap, text)
+
+
+def told_to_user(fact: str) -> str:
+    """A remembered fact as said to the person it is about, in the second person: "User: my
+    favourite coffee is a flat white" → "your favourite coffee is a flat white", "The user
+    lives in Porto" → "you live in Porto", "用户喜欢喝美式咖啡" → "你喜欢喝美式咖啡". A fact
+    that names nobody ("lives in Porto") comes back as it is."""
+    fact = _clean(fact)
+    if language_of(fact) == "zh":
+        # 用户 (about_user's subject; not 用户名 "user name" and the like) and the person's
+        # own 我 (not 我们) are both 你.
+        return re.sub(r"我(?!们)", "你", _USER_ZH.sub("你", fact))
+    if _USER_PREFIX.match(fact):
+        # about_user's form: after the prefix, the person's own words.
+        return _first_person_to_second(_USER_PREFIX.sub("", fact, count=1))
+    subject = _USER_SUBJECT.match(fact)
+    if subject:
+        words = fact[subject.end() :].split(" ")
+        at = 1 if len(words) > 1 and words[0].lower() in _ADVERBS else 0
+        words[at] = _verb_after_you(words[at])
+        fact = "you " + " ".join(words)
+    fact = _THE_USER.sub("you", _USER_POSSESSIVE.sub("your", fact))
+    return _first_person_to_second(fact)
+
+
+def _remembered(fact: str, *, zh: bool) -> str:
+    """The offline model's answer from one remembered fact, to the person it is about."""
+    told = told_to_user(fact)
+    if zh:
+        return f"我记得{told}。" if told.startswith("你") else f"我记得：{told}"
+    if re.match(r"your?\b", told, re.IGNORECASE):
+        return f"From what I remember, {told[0].lower()}{told[1:]}."
+    return f"From what I remember: {told}"
+
+
 def _with_subject(fact: str) -> str:
     """A Chinese fact that names nobody ("下周去东京") is about the user: 用户下周去东京."""
     if language_of(fact) == "zh" and "用户" not in fact:
@@ -377,7 +473,7 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     facts = memory_context_facts(request.system)
     best = max(facts, key=lambda fact: overlap(text, fact), default="")
     if best and overlap(text, best) > 0:
-        return (f"我记得：{best}" if zh else f"From what I remember: {best}"), ()
+        return _remembered(best, zh=zh), ()
     if re.fullmatch(r"\s*(你好|您好|嗨|哈喽|hi|hello|hey)[!！。.\s]*", text, re.IGNORECASE):
         return ("你好！我是 Ethan（离线模式）。" if zh else "Hi! I'm Ethan (offline mode)."), ()
     snippet = text.strip()[:60]

@@ -204,13 +204,73 @@ def test_after_tool_results_it_confirms_in_the_users_language():
 @pytest.mark.parametrize(
     ("question", "answer"),
     [
-        ("我平时喝什么咖啡？", "我记得：用户喜欢喝美式咖啡"),
-        ("Where does my sister live?", "From what I remember: The user's sister lives in Lisbon"),
-        ("我在哪个城市工作来着，杭州吗", "我记得：用户在杭州做后端开发"),
+        ("我平时喝什么咖啡？", "我记得你喜欢喝美式咖啡。"),
+        ("Where does my sister live?", "From what I remember, your sister lives in Lisbon."),
+        ("我在哪个城市工作来着，杭州吗", "我记得你在杭州做后端开发。"),
     ],
 )
 def test_questions_get_the_overlapping_fact(question, answer):
     assert say(question).text == answer
+
+
+@pytest.mark.parametrize(
+    ("fact", "question", "answer"),
+    [
+        (
+            "User: my favourite coffee is a flat white",
+            "What is my favourite coffee?",
+            "From what I remember, your favourite coffee is a flat white.",
+        ),
+        (
+            "User: I'm a backend engineer and I work at Acme",
+            "Where do I work?",
+            "From what I remember, you're a backend engineer and you work at Acme.",
+        ),
+        (
+            "User: My dog Max is afraid of me",
+            "Is my dog Max ok?",
+            "From what I remember, your dog Max is afraid of you.",
+        ),
+        (
+            "The user lives in Porto.",
+            "Where do I live, Porto?",
+            "From what I remember, you live in Porto.",
+        ),
+        (
+            "User prefers short answers",
+            "short answers?",
+            "From what I remember, you prefer short answers.",
+        ),
+        (
+            "the user always watches films",
+            "films tonight?",
+            "From what I remember, you always watch films.",
+        ),
+        ("The user studies law", "what about law?", "From what I remember, you study law."),
+        ("The user is vegetarian", "am I vegetarian?", "From what I remember, you are vegetarian."),
+        (
+            "The user doesn't drink coffee",
+            "coffee?",
+            "From what I remember, you don't drink coffee.",
+        ),
+        # Naming nobody: told as it is.
+        ("lives in Porto", "Porto?", "From what I remember: lives in Porto"),
+        ("用户的女儿叫小米", "我女儿叫什么", "我记得你的女儿叫小米。"),
+        ("我喜欢喝热的拿铁", "我喜欢喝什么", "我记得你喜欢喝热的拿铁。"),
+        ("用户的用户名是 ada", "我的用户名是什么", "我记得你的用户名是 ada。"),
+        ("我们决定下周一发布", "我们什么时候发布", "我记得：我们决定下周一发布"),
+        # A fact in the other language than the question is still said to the person.
+        (
+            "用户喜欢喝美式咖啡",
+            "What kind of 美式 coffee do I drink?",
+            "From what I remember: 你喜欢喝美式咖啡",
+        ),
+        ("User: I live in 杭州", "我住在杭州吗", "我记得：you live in 杭州"),
+    ],
+)
+def test_a_remembered_fact_is_told_to_the_person_it_is_about(fact, question, answer):
+    system = f"<memory_context>\n- [preference, 0.90] {fact}\n</memory_context>"
+    assert say(question, system=system).text == answer
 
 
 def test_no_overlap_gets_a_brief_acknowledgement():
