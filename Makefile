@@ -21,12 +21,14 @@ TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USE
 
 install: $(STAMP)
 
+# One line while it works (a new clone's first `make chat` takes a minute), not pip's chatter.
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Ethan needs Python 3.11 or newer")'
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "Installing Ethan and its dependencies into $(VENV)…"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
 
 migrate: install
 	$(PY) manage.py migrate --noinput
