@@ -10,7 +10,7 @@ that was posted again, empty, with the wait.
 from __future__ import annotations
 
 from django.contrib import messages
-from django.contrib.auth.backends import BaseBackend
+from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.http import HttpRequest, HttpResponse
 
 from ethan_site.throttles import LoginThrottle, SignInThrottled
@@ -28,6 +28,11 @@ class SignInThrottleBackend(BaseBackend):
                 # (a 200 and the form again), where this must end the request as a 429.
                 raise SignInThrottled(wait)
         return None
+
+    def get_user(self, user_id):
+        # Being first in AUTHENTICATION_BACKENDS, this is the backend Django records for a
+        # login(user) or force_login(user) that names none: the user must still be found.
+        return ModelBackend().get_user(user_id)
 
 
 class SignInThrottleMiddleware:
