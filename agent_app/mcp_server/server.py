@@ -65,6 +65,7 @@ from memory_app import services as memory_services
 from memory_app.models import Fact, Procedure
 from profile_app import selectors as profile_selectors
 from profile_app import services as profile_services
+from profile_app.markdown import render as render_profile
 from profile_app.sections import SECTIONS
 from sessions_app import selectors as session_selectors
 
@@ -309,7 +310,7 @@ class EthanMCP:
             owner = self._caller(ctx).owner
             contents = profile_selectors.profile_sections(owner=owner)
             return Profile(
-                markdown=profile_selectors.render_profile(contents),
+                markdown=render_profile(contents),
                 sections=[
                     ProfileSectionOut(key=s.key, title=s.title, content=contents.get(s.key, ""))
                     for s in SECTIONS
