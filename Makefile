@@ -59,8 +59,8 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 serve: migrate
-	$(VENV)/bin/gunicorn ethan_site.wsgi:application --bind $${ETHAN_BIND:-127.0.0.1:8000} \
-		--workers $${WEB_CONCURRENCY:-2} --access-logfile -
+	$(VENV)/bin/gunicorn ethan_site.wsgi:application --config gunicorn.conf.py \
+		--bind $${ETHAN_BIND:-127.0.0.1:8000} --workers $${WEB_CONCURRENCY:-2} --access-logfile -
 
 # The MCP server over streamable HTTP: http://127.0.0.1:8001/mcp (ETHAN_MCP_BIND); docs/mcp.md.
 serve-mcp: migrate

@@ -1,10 +1,16 @@
-"""gunicorn reads this file from the working directory (`make serve`, docker-compose's web).
+"""gunicorn reads this file from the working directory (`make serve`, docker-compose's web, the
+image's command).
 
 The settings are loaded once in the master before any worker starts: a bad value stops
 gunicorn with one line naming the variable, instead of workers failing to boot in a loop.
 """
 
 wsgi_app = "ethan_site.wsgi:application"
+
+# The access log (`--access-logfile -` in `make serve` and docker-compose): each request's path
+# without its query string (%(U)s, not %(r)s), for queries hold what people search for
+# (ethan_site.access_log). No referer either: it is the previous page's URL, query and all.
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'
 
 
 def on_starting(server) -> None:

@@ -13,6 +13,9 @@ class EthanSiteConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from ethan_site import checks, queue, schedule  # noqa: F401 (checks registers)
+        from ethan_site.access_log import access_logs_without_queries
+
+        access_logs_without_queries()
 
         # Embedded mode runs deferred tasks once the response has been sent.
         request_finished.connect(queue.on_request_finished, dispatch_uid="ethan_run_deferred")
