@@ -41,6 +41,7 @@ class FactOutput(serializers.ModelSerializer):
             "source",
             "source_client",
             "status",
+            "superseded_by",
             "hit_count",
             "created_at",
             "last_accessed",

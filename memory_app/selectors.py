@@ -25,13 +25,17 @@ def facts_for_owner(*, owner: AbstractBaseUser) -> QuerySet[Fact]:
     return Fact.objects.filter(owner=owner)
 
 
-def fact_matching(*, owner: AbstractBaseUser, content: str) -> Fact | None:
-    """The active fact equal to `content` (see normalize), if the owner has one."""
-    return (
-        facts_for_owner(owner=owner)
-        .filter(content_key=content_key(content), status=Fact.Status.ACTIVE)
-        .first()
+def fact_matching(
+    *, owner: AbstractBaseUser, content: str, other_than: Fact | None = None
+) -> Fact | None:
+    """The active fact equal to `content` (see normalize), if the owner has one; with
+    `other_than`, one that is not that fact (its twin, were it given these words)."""
+    matching = facts_for_owner(owner=owner).filter(
+        content_key=content_key(content), status=Fact.Status.ACTIVE
     )
+    if other_than is not None:
+        matching = matching.exclude(pk=other_than.pk)
+    return matching.first()
 
 
 def facts_for_injection(

@@ -304,28 +304,55 @@ def fact_edit(
     category: str | None = None,
     confidence: float | None = None,
 ) -> Fact:
-    """A curator's change (admin or API), recorded as an "edit" event with old and new values."""
+    """A curator's change (the admin, the API, the memory page), recorded as an "edit" event
+    with old and new values, and returned.
+
+    An active fact edited into the words of another active fact of its owner (equal by
+    content_key, as fact_write matches) is merged into it, never left as a second copy: the
+    other is reinforced (with the edited fact's confidence and sources) and the edited one is
+    superseded by it, its one "supersede" event holding the words before and after the edit.
+    Undoing that event (fact_undo) brings the edited fact back, active, in its old words."""
     old_content, old_confidence = fact.content, fact.confidence
+    twin = None
     if content is not None:
         fact.content = _fact_content(content)
         fact.content_key = content_key(fact.content)
+        if fact.status == Fact.Status.ACTIVE:
+            twin = selectors.fact_matching(owner=fact.owner, content=fact.content, other_than=fact)
     fact.search_tokens = fact_search_tokens(fact.content, fact.message)
     if category is not None:
         fact.category = category
     if confidence is not None:
         fact.confidence = round(confidence, 4)
+    if twin is not None:
+        fact.status, fact.superseded_by = Fact.Status.SUPERSEDED, twin
     fact.updated_at = timezone.now()
     # Content not given is not checked again: a fact stored before the limits (longer than
     # FACT_MAX_CHARS) can still be re-rated or shortened.
     unchanged = [] if content is not None else ["content"]
     fact.full_clean(exclude=["owner", "session", "message", "superseded_by", *unchanged])
     fact.save()
+    if twin is None:
+        _event(
+            fact,
+            FactEvent.Kind.EDIT,
+            actor=actor,
+            old_content=old_content,
+            old_confidence=old_confidence,
+        )
+        return fact
     _event(
         fact,
-        FactEvent.Kind.EDIT,
-        actor=actor,
+        FactEvent.Kind.SUPERSEDE,
+        actor=f"{actor} (edit merged into #{twin.pk})",
         old_content=old_content,
         old_confidence=old_confidence,
+    )
+    fact_reinforce(
+        fact=twin,
+        confidence=fact.confidence,
+        actor=f"{actor} (merged #{fact.pk} into it)",
+        sources=list(fact.sources.all()),
     )
     return fact
 
@@ -434,12 +461,7 @@ def fact_undo(*, fact: Fact, actor: str) -> Fact:
     status = _status_after(events[:-1]) or fact.status
     key = content_key(content)
     if status == Fact.Status.ACTIVE:
-        twin = (
-            selectors.facts_for_owner(owner=fact.owner)
-            .filter(content_key=key, status=Fact.Status.ACTIVE)
-            .exclude(pk=fact.pk)
-            .first()
-        )
+        twin = selectors.fact_matching(owner=fact.owner, content=content, other_than=fact)
         if twin is not None:
             raise ValidationError(
                 f"an equal fact is already remembered (#{twin.pk}); forget that one first"

@@ -274,8 +274,9 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
     if " ".join(submitted.split()) == fact.content:
         messages.info(request, "没有改动 / Nothing changed.")
         return redirect("memory:fact", fact_id=fact.pk)
+    was_active = fact.status == Fact.Status.ACTIVE
     try:
-        memory_services.fact_edit(fact=fact, actor=_actor(request), content=submitted)
+        fact = memory_services.fact_edit(fact=fact, actor=_actor(request), content=submitted)
     except ValidationError as exc:
         # Nothing was saved (the service refuses before writing); the editor keeps the text.
         return _fact_page(
@@ -285,7 +286,14 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
             error=f"没有保存 / Not saved: {_reason(exc)}",
             status=400,
         )
-    messages.success(request, "已保存 / Saved. 可以撤销 / You can undo it.")
+    if was_active and fact.status == Fact.Status.SUPERSEDED:  # into a known fact's words
+        messages.success(
+            request,
+            f"已与 #{fact.superseded_by_id} 合并 / Merged into #{fact.superseded_by_id}, the same "
+            "fact you already had. 可以撤销 / You can undo it.",
+        )
+    else:
+        messages.success(request, "已保存 / Saved. 可以撤销 / You can undo it.")
     return redirect("memory:fact", fact_id=fact.pk)
 
 

@@ -20,6 +20,26 @@ def make(owner, content, confidence):
     )
 
 
+def change_form(fact: Fact, **fields) -> dict:
+    """The admin's change form of `fact` with `fields` changed, its history inline as shown."""
+    events = list(fact.events.order_by("-id"))
+    form = {
+        "owner": fact.owner_id,
+        "content": fact.content,
+        "category": fact.category,
+        "confidence": str(fact.confidence),
+        "supersede_with": "",
+        "events-TOTAL_FORMS": str(len(events)),
+        "events-INITIAL_FORMS": str(len(events)),
+        "events-MIN_NUM_FORMS": "0",
+        "events-MAX_NUM_FORMS": "1000",
+    }
+    for index, event in enumerate(events):
+        form[f"events-{index}-id"] = event.pk
+        form[f"events-{index}-fact"] = fact.pk
+    return {**form, **fields}
+
+
 def test_fact_list_filters_and_search(admin_client, owner):
     make(owner, "likes tea", 0.2)
     make(owner, "lives in Porto", 0.95)
@@ -52,20 +72,9 @@ def test_editing_and_superseding_in_the_form(admin_client, owner, other_owner):
     theirs = make(other_owner, "lives in Rome", 0.9)
     page = admin_client.get(f"{URL}{old.pk}/change/")
     assert "add" in page.text and "consolidator" in page.text  # the history inline
-    form = {
-        "owner": owner.pk,
-        "content": "lives in Porto, Portugal",
-        "category": "knowledge",
-        "confidence": "0.8",
-        "supersede_with": "",
-        "events-TOTAL_FORMS": "1",
-        "events-INITIAL_FORMS": "1",
-        "events-MIN_NUM_FORMS": "0",
-        "events-MAX_NUM_FORMS": "1000",
-        "events-0-id": old.events.get().pk,
-        "events-0-fact": old.pk,
-    }
-    response = admin_client.post(f"{URL}{old.pk}/change/", form)
+    response = admin_client.post(
+        f"{URL}{old.pk}/change/", change_form(old, content="lives in Porto, Portugal")
+    )
     assert response.status_code == 302, response.text[:2000]
     old.refresh_from_db()
     assert old.content == "lives in Porto, Portugal"
@@ -76,18 +85,7 @@ def test_editing_and_superseding_in_the_form(admin_client, owner, other_owner):
         "admin:admin",
     )
 
-    form.update(
-        {
-            "supersede_with": str(new.pk),
-            "events-TOTAL_FORMS": "2",
-            "events-INITIAL_FORMS": "2",
-            "events-1-id": edit.pk,
-            "events-1-fact": old.pk,
-        }
-    )
-    form["events-0-id"] = edit.pk
-    form["events-1-id"] = old.events.get(event="add").pk
-    admin_client.post(f"{URL}{old.pk}/change/", form)
+    admin_client.post(f"{URL}{old.pk}/change/", change_form(old, supersede_with=str(new.pk)))
     old.refresh_from_db()
     assert (old.status, old.superseded_by_id) == ("superseded", new.pk)
     assert theirs.status == "active"
@@ -141,3 +139,30 @@ def test_summaries_and_working_states_are_read_only(admin_client, owner, make_se
     assert admin_client.get("/admin/memory_app/summary/add/").status_code == 403
     page = admin_client.get(f"/admin/memory_app/summary/{summary.pk}/change/").text
     assert 'name="text"' not in page  # shown, not editable
+
+
+def test_a_fact_edited_into_another_facts_words_in_the_form_is_merged(admin_client, owner):
+    kept = make(owner, "lives in Porto", 0.8)
+    edited = make(owner, "lives in Lisbon", 0.9)
+    form = change_form(edited, content="Lives in PORTO.")
+    response = admin_client.post(f"{URL}{edited.pk}/change/", form)
+    assert response.status_code == 302, response.text[:2000]
+    edited.refresh_from_db()
+    kept.refresh_from_db()
+    assert (edited.status, edited.superseded_by_id, edited.content) == (
+        "superseded",
+        kept.pk,
+        "Lives in PORTO.",
+    )
+    assert (kept.status, kept.hit_count) == ("active", 2)
+    assert list(Fact.objects.filter(status="active").values_list("pk", flat=True)) == [kept.pk]
+    assert list(edited.events.order_by("id").values_list("event", "old_content", "actor")) == [
+        ("add", "", "consolidator"),
+        ("supersede", "lives in Lisbon", f"admin:admin (edit merged into #{kept.pk})"),
+    ]
+    assert list(kept.events.order_by("id").values_list("event", "actor")) == [
+        ("add", "consolidator"),
+        ("reinforce", f"admin:admin (merged #{edited.pk} into it)"),
+    ]
+    page = admin_client.get(f"{URL}{edited.pk}/change/").text
+    assert f'<a href="{URL}{kept.pk}/change/">#{kept.pk}</a>' in page  # superseded by

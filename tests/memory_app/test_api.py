@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from memory_app.confidence import reinforced
 from memory_app.models import Fact, Procedure
 from memory_app.services import fact_write
 
@@ -27,6 +28,7 @@ def test_fact_lifecycle(api_for, owner):
         "source",
         "source_client",
         "status",
+        "superseded_by",
         "hit_count",
         "created_at",
         "last_accessed",
@@ -34,6 +36,7 @@ def test_fact_lifecycle(api_for, owner):
         "sources",
     }
     assert fact["sources"] == []  # written by hand: said in no message
+    assert fact["superseded_by"] is None
     assert fact["source_client"] == ""  # set for facts an MCP client wrote (docs/mcp.md)
     assert (fact["source"], fact["confidence"], fact["status"], fact["session_id"]) == (
         "api",
@@ -163,3 +166,91 @@ def test_a_fact_shows_the_messages_it_came_from(api_for, owner, other_owner, llm
     shown = api.get(f"/api/sessions/{result.session.pk}").json()
     assert shown["id"] == result.session.pk
     assert api_for(other_owner).get("/api/facts").json()["count"] == 0
+
+
+def preference(owner, content: str, confidence: float = 0.8, **extra) -> Fact:
+    return fact_write(
+        owner=owner,
+        content=content,
+        category="preference",
+        confidence=confidence,
+        source=extra.pop("source", "consolidator"),
+        **extra,
+    )
+
+
+def history(api, fact_id: int) -> list[tuple]:
+    rows = api.get(f"/api/facts/{fact_id}/history").json()["results"]
+    return [
+        (h["event"], h["old_content"], h["new_content"], h["new_confidence"], h["actor"])
+        for h in rows
+    ]
+
+
+def test_a_fact_patched_into_another_facts_words_is_merged_into_it(
+    api_for, owner, other_owner, make_session
+):
+    session = make_session(owner, "I drink espresso", "noted")
+    said = session.messages.get(seq=1)
+    kept = preference(owner, "Likes a flat white")
+    edited = preference(owner, "likes espresso", 0.9, session=session, sources=[said])
+    # Another person's equal fact is not theirs to merge with.
+    theirs = preference(other_owner, "likes a flat white", source="api")
+    api = api_for(owner)
+
+    patched = api.patch(
+        f"/api/facts/{edited.pk}", {"content": "likes a  flat white!"}, format="json"
+    )
+
+    assert patched.status_code == 200
+    body = patched.json()
+    assert (body["id"], body["content"], body["status"], body["superseded_by"]) == (
+        edited.pk,
+        "likes a flat white!",
+        "superseded",
+        kept.pk,
+    )
+    [active] = api.get("/api/facts").json()["results"]
+    merged = reinforced(0.8, 0.9)
+    assert (active["id"], active["content"], active["hit_count"], active["confidence"]) == (
+        kept.pk,
+        "Likes a flat white",
+        2,
+        merged,
+    )
+    # The merged fact takes over where the edited one was said.
+    assert [s["message_id"] for s in active["sources"]] == [said.pk]
+    assert history(api, kept.pk) == [
+        ("add", "", "Likes a flat white", 0.8, "consolidator"),
+        (
+            "reinforce",
+            "Likes a flat white",
+            "Likes a flat white",
+            merged,
+            f"api:ada (merged #{edited.pk} into it)",
+        ),
+    ]
+    assert history(api, edited.pk) == [
+        ("add", "", "likes espresso", 0.9, "consolidator"),
+        (
+            "supersede",
+            "likes espresso",
+            "likes a flat white!",
+            0.9,
+            f"api:ada (edit merged into #{kept.pk})",
+        ),
+    ]
+    theirs.refresh_from_db()
+    assert (theirs.status, theirs.hit_count) == ("active", 1)
+
+
+def test_a_patch_that_keeps_a_facts_own_words_merges_nothing(api_for, owner):
+    fact = preference(owner, "likes tea", source="api")
+    api = api_for(owner)
+    patched = api.patch(f"/api/facts/{fact.pk}", {"content": "Likes tea."}, format="json").json()
+    assert (patched["status"], patched["superseded_by"], patched["content"]) == (
+        "active",
+        None,
+        "Likes tea.",
+    )
+    assert [h[0] for h in history(api, fact.pk)] == ["add", "edit"]
