@@ -109,18 +109,30 @@ def tokenize(text: str, *, search: bool = False) -> list[str]:
 
     `search` uses jieba's search mode, which also yields the shorter words inside a long one
     (美式咖啡 → 美式, 咖啡, 美式咖啡), so 咖啡店 in a question meets 美式咖啡 in a fact."""
-    tokens: list[str] = []
+    return [token for token, _ in words(text, search=search)]
+
+
+def words(text: str, *, search: bool = False) -> list[tuple[str, str]]:
+    """tokenize's words, each with the word as it was written: ("stori", "stories"),
+    ("porto", "Porto"), ("咖啡", "咖啡"). The token is for search; the word is for people
+    (an episode's keywords)."""
+    found: list[tuple[str, str]] = []
     for index, part in enumerate(_TOKEN_SPLIT.split(text or "")):
         if index % 2:  # a run of Chinese characters
             cut = _jieba().lcut_for_search if search else _jieba().lcut
             for word in cut(part):
                 if word not in CJK_STOPWORDS and _CJK_CHAR.search(word):
-                    tokens.append(word)
-        else:
-            for word in _WORD.findall(part.lower()):
-                if word not in STOPWORDS and len(word) > 1 and not word.isdigit():
-                    tokens.append(stem(word))
-    return tokens
+                    found.append((word, word))
+            continue
+        lowered = part.lower()
+        # Lower-casing keeps positions unless a character lower-cases to two ("İ"): then the
+        # word is given lower-cased, as the token is found.
+        aligned = len(lowered) == len(part)
+        for match in _WORD.finditer(lowered):
+            word = match.group()
+            if word not in STOPWORDS and len(word) > 1 and not word.isdigit():
+                found.append((stem(word), part[match.start() : match.end()] if aligned else word))
+    return found
 
 
 # --- times named in a question -----------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_chinese_and_english_keywords():
     ]
     assert keywords_for(["I planned the Lisbon trip. The trip to Lisbon was great, trips!"])[
         :2
-    ] == ["trip", "lisbon"]
+    ] == ["trip", "Lisbon"]
     assert "the" not in keywords_for(["the the the cat"])
 
 
@@ -178,3 +178,88 @@ def test_episodes_api(owner, other_owner):
     ]
     assert client.get("/api/episodes", {"limit": 0}).status_code == 400
     assert APIClient().get("/api/episodes").status_code == 401
+
+
+STORIES = (
+    "Stories help my kids sleep, so I tell stories every night.",
+    "We had two calls about the stories today; the calls ran late, calling is tiring.",
+)
+
+
+@pytest.mark.django_db
+def test_keywords_are_the_words_as_said_and_search_still_meets_their_stems(owner, llm_config):
+    session = conversation(owner, *STORIES)
+    written = episode_write(session=session)
+
+    # Counted by stem ("calls", "calling": one word), shown as said most often; never "stori".
+    assert written.keywords == [
+        "stories",
+        "calls",
+        "help",
+        "kids",
+        "sleep",
+        "every",
+        "night",
+        "two",
+    ]
+    assert " stori " in written.search_tokens and " call " in written.search_tokens
+    for query in ("story", "Stories", "called"):
+        assert [item.episode.pk for item in episodes_search(owner=owner, query=query)] == [
+            written.pk
+        ]
+    assert "stories, calls, help, kids" in recall_line(written)
+
+    from django.test import Client
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(owner)
+    [listed] = api.get("/api/episodes", {"q": "story"}).json()
+    assert listed["keywords"] == written.keywords
+    page = Client()
+    page.force_login(owner)
+    shown = page.get("/memory/episodes/").text
+    assert '<span class="badge">stories</span> <span class="badge">calls</span>' in shown
+
+
+def test_keywords_keep_the_case_of_names_and_fold_a_capital_at_a_sentence_start():
+    assert keywords_for(["Porto is lovely. I saw Porto, and the API of Porto's trams. API!"]) == [
+        "Porto",
+        "API",
+        "lovely",
+        "saw",
+        "trams",
+    ]
+    assert keywords_for(["Stories. More stories, and stories again."]) == [
+        "stories",
+        "more",
+        "again",
+    ]
+
+
+@pytest.mark.django_db
+def test_stored_stems_are_told_as_said_by_the_migration(owner):
+    """Rows written before keywords were kept as said hold stems: the data migration shows them
+    by the words of their session and summary, and leaves what it cannot tell."""
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("episodes_app.migrations.0004_episode_keywords_as_said")
+    session = conversation(owner, *STORIES)
+    old = episode(owner, "The user said: Stories help my kids sleep", ["stori", "call", "kid"])
+    old.session = session
+    old.save()
+    gone = episode(owner, "Talked about Lisbon trips", ["lisbon", "trip", "tram", "里斯本"])
+    gone.session = None
+    gone.save()
+    imported = episode(owner, "A person's own words", ["Porto trip", "coffee"])
+
+    migration.keywords_forward(apps, None)
+
+    for row in (old, gone, imported):
+        row.refresh_from_db()
+    assert old.keywords == ["stories", "calls", "kids"]
+    assert old.search_tokens == search_tokens(f"{old.summary} stories calls kids")
+    assert gone.keywords == ["Lisbon", "trips", "tram", "里斯本"]  # from the summary alone
+    assert imported.keywords == ["Porto trip", "coffee"]
