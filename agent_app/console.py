@@ -9,10 +9,12 @@ what was shown is kept as the reply, marked interrupted, and the console goes on
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
@@ -29,11 +31,16 @@ from agent_app.turn import (
     turn_plan,
     turn_start,
 )
+from ethan_site.cli import command_line
 from ethan_site.private import private_file
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
 from sessions_app.errors import SessionError
 from sessions_app.models import ChatSession, Message
+
+if TYPE_CHECKING:
+    from rich.console import Console as RichConsole
+    from rich.console import ConsoleOptions, RenderResult
 
 HELP = """Commands:
   /sessions      list recent sessions
@@ -81,6 +88,10 @@ class PlainIO:
             self.stdout.write("\n")
             self.stdout.flush()
 
+    def keys_unechoed(self) -> contextlib.AbstractContextManager[None]:
+        """While a reply is on its way: on a pipe there is nothing to hide."""
+        return contextlib.nullcontext()
+
 
 class TerminalIO(PlainIO):
     """A terminal: prompt_toolkit for editing and history, rich for Markdown replies."""
@@ -112,21 +123,63 @@ class TerminalIO(PlainIO):
         self.rich.print(Markdown(text))
 
     def reply_delta(self, text: str) -> None:
-        # The Markdown so far, redrawn in place as it grows (rich's Live display).
+        # The Markdown so far, redrawn in place as it grows (rich's Live display): only as much
+        # of its end as the screen holds. A redraw moves the cursor up over what it drew last;
+        # lines that scrolled off the top cannot be reached, so a taller display would be
+        # drawn again below them, the reply repeated in the scrollback at every refresh.
         from rich.live import Live
-        from rich.markdown import Markdown
 
         if self.live is None:
-            self.live = Live(console=self.rich, refresh_per_second=12, vertical_overflow="visible")
+            self.live = Live(console=self.rich, refresh_per_second=12, transient=True)
             self.live.start()
             self.live_text = ""
         self.live_text += text
-        self.live.update(Markdown(self.live_text))
+        self.live.update(_ScreenfulTail(self.live_text))
 
     def reply_end(self, shown: str) -> None:
         if self.live is not None:
+            # The display is taken down and the whole reply printed once, as the scrollback
+            # keeps it.
+            from rich.markdown import Markdown
+
             self.live.stop()
             self.live = None
+            self.rich.print(Markdown(self.live_text))
+
+    @contextlib.contextmanager
+    def keys_unechoed(self) -> Iterator[None]:
+        """While a reply is on its way the terminal does not echo keys (Ctrl-C's "^C", or a
+        line typed ahead). rich redraws the reply in place, counting the lines it drew; an
+        echo it did not draw moves the cursor, most often onto a new line when the reply fills
+        its last line to the edge, and the redraw then lands below the old one: the reply
+        shown twice. Ctrl-C still interrupts (ISIG stays on)."""
+        import termios
+
+        fd = self.stdin.fileno()
+        saved = termios.tcgetattr(fd)
+        quiet = list(saved)
+        quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # the local modes
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+        try:
+            yield
+        finally:
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+class _ScreenfulTail:
+    """The end of a Markdown text, as many lines of it as fit above the screen's last row."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __rich_console__(self, console: RichConsole, options: ConsoleOptions) -> RenderResult:
+        from rich.markdown import Markdown
+        from rich.segment import Segment
+
+        lines = console.render_lines(Markdown(self.text), options.update(height=None), pad=False)
+        for line in lines[-max(console.size.height - 1, 1) :]:
+            yield from line
+            yield Segment.line()
 
 
 @dataclass
@@ -223,19 +276,20 @@ class Console:
         self.session = turn.session
         shown = ""
         try:
-            for event in turn:
-                if isinstance(event, Delta):
-                    shown += event.text
-                    self.io.reply_delta(event.text)
-                elif isinstance(event, Failed):
-                    self.io.reply_end(shown)
-                    self.say(f"Error: {first_line(event.detail)}")
-                    self.say(f"(your message is saved in {event.session_id})")
-                    return
-                elif isinstance(event, Done):
-                    self.io.reply_end(shown)
-                    if event.reply and not shown:  # a reply that came in one piece
-                        self.io.reply(event.reply)
+            with self.io.keys_unechoed():
+                for event in turn:
+                    if isinstance(event, Delta):
+                        shown += event.text
+                        self.io.reply_delta(event.text)
+                    elif isinstance(event, Failed):
+                        self.io.reply_end(shown)
+                        self.say(f"Error: {first_line(event.detail)}")
+                        self.say(f"(your message is saved in {event.session_id})")
+                        return
+                    elif isinstance(event, Done):
+                        self.io.reply_end(shown)
+                        if event.reply and not shown:  # a reply that came in one piece
+                            self.io.reply(event.reply)
         except KeyboardInterrupt:
             # Ctrl-C while the model writes: that reply stops, what was shown is kept.
             turn.close()
@@ -287,7 +341,11 @@ class Console:
         services.sessions_cleanup_empty(owner=self.owner)
         run_deferred()
         if self.session.is_persisted:
-            self.say(f"Saved as {self.session.id}. Resume with: ethan -r {self.session.id}")
+            again = ["-r", self.session.id]
+            if self.owner.get_username() != services.local_username():
+                again += ["--user", self.owner.get_username()]  # started with --user
+            resume = command_line(again)
+            self.say(f"Saved as {self.session.id}. Resume with: {resume}")
 
 
 def first_line(text: str) -> str:

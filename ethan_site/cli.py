@@ -1,12 +1,18 @@
 """The `ethan` console script, with the original CLI's words.
 
-    ethan                          a new conversation (ethan_chat)
-    ethan -r last | -r ID          continue one; --model, --mode, --user as in ethan_chat
+    ethan                          a new conversation at the terminal (--model, --mode)
+    ethan -r last | -r ID          continue one (a full id, 'last', or a unique tail like d139)
     ethan chat [...]               the same, spelled out
-    ethan session list|show|delete|search ...
-    ethan mcp --user NAME          the MCP server over stdio (--http: over HTTP at /mcp)
-    ethan import|export [--home DIR]
+    ethan session list|show|delete|search ...   your conversations
+    ethan token [--reset]          your API token, for a chat app (/v1), the API, MCP over HTTP
+    ethan password                 set your password for the pages (/memory/, /profile/)
+    ethan mcp [--http]             your memory for an MCP host over stdio (--http: at /mcp)
+    ethan import|export [--home DIR]   from or to the original CLI's folder
     ethan manage COMMAND [...]     any manage.py command (migrate, createsuperuser, ...)
+    ethan --version                the installed version
+
+You are one person at every door: the console's user, ETHAN_USER or else the OS login name.
+The console, session, token, password, mcp, import and export take --user NAME for another.
 
 On the embedded SQLite database it applies pending migrations first, so a fresh install works
 without a separate set-up step; a shared PostgreSQL is migrated by its operator (`make migrate`).
@@ -15,7 +21,11 @@ without a separate set-up step; a shared PostgreSQL is migrated by its operator 
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import sys
+from importlib.metadata import version
+from pathlib import Path
 
 # Words that name a management command of their own; anything else goes to ethan_chat.
 SUBCOMMANDS = {
@@ -24,6 +34,7 @@ SUBCOMMANDS = {
     "import": "ethan_import",
     "export": "ethan_export",
     "token": "ethan_token",
+    "password": "ethan_password",
     "mcp": "ethan_mcp",
 }
 
@@ -36,7 +47,47 @@ def route(argv: list[str]) -> list[str]:
         return [SUBCOMMANDS[argv[0]], *argv[1:]]
     if argv and argv[0] in ("-h", "--help", "help"):
         return ["help_ethan"]
+    if argv == ["--version"]:
+        return ["version_ethan"]
     return ["ethan_chat", *argv]
+
+
+def command_line(args: list[str]) -> str:
+    """The command that runs `ethan ARGS` here, for a hint such as "Resume with: …".
+
+    `ethan` when the `ethan` found on PATH is this very script. Otherwise the console was
+    started another way: by `make chat` (make sets MAKELEVEL, and its folder is the project's),
+    so `make chat ARGS="…"`, the way the person started it; else by the script's own path (a
+    venv that is not on PATH), so that absolute path, which works from any folder.
+    """
+    script = _this_script()
+    on_path = shutil.which("ethan")
+    if script is None or (on_path and _same_file(on_path, script)):
+        return shlex.join(["ethan", *args])
+    project = Path(__file__).resolve().parent.parent
+    if os.environ.get("MAKELEVEL") and Path.cwd().resolve() == project:
+        # `make -C DIR chat` runs here while the shell stays where it was (its $PWD).
+        shell_dir = os.environ.get("PWD", "")
+        folder = [] if shell_dir and _same_file(shell_dir, project) else ["-C", str(project)]
+        return shlex.join(["make", *folder, "chat"]) + f' ARGS="{shlex.join(args)}"'
+    return shlex.join([str(script), *args])
+
+
+def _this_script() -> Path | None:
+    """The `ethan` script that started this process, or the one beside its interpreter (for
+    `python -m ethan_site.cli` and `manage.py`); None if there is none."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    for candidate in (started, Path(sys.executable).parent / "ethan"):
+        if candidate is not None and candidate.name == "ethan" and candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _migrate_embedded() -> None:
@@ -66,7 +117,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = route(argv)
     if args == ["help_ethan"]:
-        sys.stdout.write(__doc__.split("\n\n", 2)[1] + "\n")
+        # The usage lines and who "you" are: the docstring's second and third paragraphs.
+        sys.stdout.write("\n\n".join(__doc__.split("\n\n")[1:3]) + "\n")
+        return
+    if args == ["version_ethan"]:
+        sys.stdout.write(f"ethan {version('ethan')}\n")
         return
     try:
         django.setup()

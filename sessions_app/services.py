@@ -50,11 +50,16 @@ def title_from(text: str) -> str:
     return " ".join(text.split())[:TITLE_LENGTH]
 
 
-def local_user_get_or_create(*, username: str | None = None) -> AbstractBaseUser:
-    """The console's owner: --user, else ETHAN_USER, else the OS login name; made on first use."""
+def local_username() -> str:
+    """Who "you" are when no door is told a name: ETHAN_USER, else the OS login name."""
     from django.conf import settings
 
-    name = (username or settings.ETHAN_CONSOLE_USER or getpass.getuser()).strip()
+    return (settings.ETHAN_CONSOLE_USER or getpass.getuser()).strip()
+
+
+def local_user_get_or_create(*, username: str | None = None) -> AbstractBaseUser:
+    """The console's owner: --user, else ETHAN_USER, else the OS login name; made on first use."""
+    name = (username or local_username()).strip()
     if not name:
         raise ValueError("a user name is required")
     user_model = get_user_model()
@@ -64,6 +69,16 @@ def local_user_get_or_create(*, username: str | None = None) -> AbstractBaseUser
         user.set_unusable_password()
         user.save(update_fields=["password"])
     return user
+
+
+def local_user_password_set(*, user: AbstractBaseUser, password: str) -> None:
+    """Give a person a password for the pages (/accounts/login/), checked by the site's
+    password validators first: ValidationError, and nothing changed, if it fails them."""
+    from django.contrib.auth.password_validation import validate_password
+
+    validate_password(password, user=user)
+    user.set_password(password)
+    user.save(update_fields=["password"])
 
 
 def session_start(

@@ -93,18 +93,19 @@ def over_http(
 
 def over_stdio(
     home: Path,
-    user: str,
+    user: str | None,
     use: Callable[[Client], Awaitable[T]],
     *,
     client_name: str = CLIENT_NAME,
     **env: str,
 ) -> T:
-    """Spawn `ethan mcp --user USER` on `home`, as an MCP host does, and run `use`."""
+    """Spawn `ethan mcp --user USER` on `home`, as an MCP host does, and run `use`; with no
+    USER, `ethan mcp`: the console's user."""
 
     async def session() -> T:
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-m", "ethan_site.cli", "mcp", "--user", user],
+            args=["-m", "ethan_site.cli", "mcp", *(["--user", user] if user else [])],
             env=clean_env(home, **env),
             cwd=str(ROOT),
         )

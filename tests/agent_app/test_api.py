@@ -155,7 +155,7 @@ def test_schema_and_docs(client, owner):
 def test_token_command(owner):
     from io import StringIO
 
-    from django.core.management import call_command
+    from django.core.management import CommandError, call_command
     from rest_framework.authtoken.models import Token
 
     out = StringIO()
@@ -164,6 +164,11 @@ def test_token_command(owner):
     assert Token.objects.get(user=owner).key == key
     call_command("ethan_token", "ada", "--reset", stdout=out)
     assert Token.objects.get(user=owner).key != key
+    out = StringIO()
+    call_command("ethan_token", "--user", "ada", stdout=out)  # the same person, as elsewhere
+    assert out.getvalue().strip() == Token.objects.get(user=owner).key
+    with pytest.raises(CommandError, match="name one person"):
+        call_command("ethan_token", "grace", "--user", "ada", stdout=out)
 
 
 def test_requests_are_throttled_per_user(api_for, owner, other_owner, monkeypatch):

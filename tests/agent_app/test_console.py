@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -19,7 +22,10 @@ def chat(*args: str, stdin: str) -> str:
     return out.getvalue()
 
 
-def test_new_session_gets_answers_and_lists_sessions(owner, llm_config):
+def test_new_session_gets_answers_and_lists_sessions(owner, llm_config, monkeypatch):
+    # This venv's `ethan` is on PATH: the resume hint is the short command (tests/ethan_site
+    # test_cli.py has the others).
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     out = chat("--user", "ada", stdin="hello\n/sessions\n/exit\n")
     session = ChatSession.objects.get()
     assert (session.owner, session.title, session.model, session.channel) == (
@@ -39,7 +45,8 @@ def test_new_session_gets_answers_and_lists_sessions(owner, llm_config):
     assert "ANTHROPIC_API_KEY, OPENAI_API_KEY or GOOGLE_API_KEY" in lines[1]
     assert lines[2] == "Hi! I'm Ethan (offline mode)."
     assert lines[3].startswith(f"{session.id}  ")  # /sessions
-    assert lines[-1] == f"Saved as {session.id}. Resume with: ethan -r {session.id}"
+    # Started with --user (not the OS login): the way back names them too.
+    assert lines[-1] == f"Saved as {session.id}. Resume with: ethan -r {session.id} --user ada"
 
 
 def test_exit_without_a_message_writes_nothing(owner, llm_config):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import sqlite3
 import sys
 
@@ -47,6 +48,28 @@ def leave(console: pexpect.spawn) -> None:
     console.expect(pexpect.EOF)
     console.close()
     assert console.exitstatus == 0
+
+
+def watch(console: pexpect.spawn):
+    """What a person would see: every byte the console writes, replayed on a terminal
+    emulator of its size. Returns a function giving the screen's lines (scrolled-off ones
+    first), right spaces trimmed."""
+    import pyte
+
+    rows, columns = console.getwinsize()
+    screen = pyte.HistoryScreen(columns, rows, history=1000)
+    stream = pyte.Stream(screen)
+    written = io.StringIO()
+    console.logfile_read = written
+
+    def lines() -> list[str]:
+        stream.feed(written.getvalue())
+        written.seek(0)
+        written.truncate()
+        scrolled = ["".join(line[x].data for x in range(columns)) for line in screen.history.top]
+        return [line.rstrip() for line in [*scrolled, *screen.display]]
+
+    return lines
 
 
 def stored(home, session_id: str, columns: str) -> list[tuple]:
@@ -130,7 +153,7 @@ def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
 
 def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
     """A slowly streamed reply stopped half-way: what the person saw is the stored reply,
-    marked interrupted, and the console goes on."""
+    marked interrupted, shown once on the screen, and the console goes on."""
     from tests.fakes.openai_fake import FakeOpenAI
 
     fake = FakeOpenAI()
@@ -138,6 +161,7 @@ def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
     fake.reply(FakeOpenAI.text(words), first_chunk_ms=10, chunk_ms=100)
     try:
         console = spawn_on(fake, tmp_path)
+        screen = watch(console)
         console.expect(PROMPT)
         console.send("a long answer please\r")
         console.expect("word03")  # the reply is on screen, and still being written
@@ -156,3 +180,32 @@ def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
         1,
     )
     assert words.startswith(shown) and "word03" in shown and shown != words
+    # On the screen (a terminal emulator replaying every byte the console wrote), the reply
+    # so far appears once, with the stopped line right under it: not redrawn a second time
+    # below the "^C" the terminal echoed, nor pushed off by it.
+    lines = screen()
+    at = next(n for n, line in enumerate(lines) if line.startswith("word00"))
+    assert "\n".join(lines).count("word00") == 1
+    assert " ".join(lines[at : at + 4]).split("(stopped")[0].split() == shown.split()
+    assert lines[at + shown.count("\n") + 1 :][0].startswith("(stopped; the reply so far")
+
+
+def test_a_reply_taller_than_the_terminal_is_shown_once(tmp_path):
+    """Sixty paragraphs on a forty-row terminal: while it streams the console shows its end,
+    and the scrollback then holds the whole reply once, in order."""
+    from tests.fakes.openai_fake import FakeOpenAI
+
+    fake = FakeOpenAI()
+    paragraphs = [f"paragraph{n:02d} of a long reply" for n in range(60)]
+    fake.reply(FakeOpenAI.text("\n\n".join(paragraphs)), first_chunk_ms=10, chunk_ms=5)
+    try:
+        console = spawn_on(fake, tmp_path)
+        screen = watch(console)
+        console.expect(PROMPT)
+        console.send("a long answer please\r")
+        console.expect_exact("paragraph59")
+        leave(console)
+    finally:
+        fake.close()
+    shown = [line for line in screen() if line.startswith("paragraph")]
+    assert shown == paragraphs

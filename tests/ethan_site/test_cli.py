@@ -1,5 +1,13 @@
-from ethan_site.cli import route
-from tests.conftest import run_ethan
+import os
+import re
+import shlex
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+from ethan_site.cli import SUBCOMMANDS, route
+from tests.conftest import ROOT, clean_env, run_ethan
 
 
 def test_route_speaks_the_original_cli():
@@ -30,10 +38,84 @@ def test_ethan_migrates_a_fresh_home_and_resumes(tmp_path):
     assert (unknown.returncode, unknown.stderr) == (1, "CommandError: no session matches 'nope'\n")
 
 
-def test_ethan_help(tmp_path):
+def test_ethan_help_lists_every_subcommand_on_a_line_of_its_own(tmp_path):
     shown = run_ethan(["--help"], tmp_path)
-    assert shown.returncode == 0
-    assert "ethan session list|show|delete|search" in shown.stdout
+    assert (shown.returncode, shown.stderr) == (0, "")
+    listed = {}
+    for line in shown.stdout.splitlines():
+        # "    ethan import|export [--home DIR]   from or to …": each word, and what it does.
+        found = re.match(r"\s+ethan ([a-z|-]+)\s.*?\s{3,}(\S.*)", line)
+        if found:
+            listed.update(dict.fromkeys(found[1].split("|"), found[2]))
+    assert set(listed) >= {*SUBCOMMANDS, "manage", "--version"}
+    assert "--user NAME" in shown.stdout
+
+
+def test_ethan_version_is_the_installed_packages(tmp_path):
+    shown = run_ethan(["--version"], tmp_path)
+    assert (shown.returncode, shown.stdout, shown.stderr) == (0, f"ethan {version('ethan')}\n", "")
+
+
+# The `ethan` script this interpreter's environment installed (.venv/bin/ethan).
+SCRIPT = Path(sys.executable).parent / "ethan"
+NO_VENV_PATH = os.pathsep.join(
+    folder for folder in os.environ["PATH"].split(os.pathsep) if Path(folder) != SCRIPT.parent
+)
+
+
+def at_the_shell(command: list[str], home: Path, stdin: str, cwd: Path = ROOT, **env: str):
+    """Run a command as typed at a shell whose person is "ada" (ETHAN_USER), on `home`."""
+    environment = clean_env(home, ETHAN_USER="ada", **env)
+    for name in ("MAKELEVEL", "MAKEFLAGS"):  # `make test` runs the suite: not a `make chat`
+        if name not in env:
+            environment.pop(name, None)
+    return subprocess.run(
+        command, input=stdin, capture_output=True, text=True, cwd=cwd, env=environment, timeout=60
+    )
+
+
+def resume_hint(home: Path, **env: str) -> str:
+    """Start the console through the `ethan` script, say one thing, and return the command
+    its goodbye line gives for coming back."""
+    ran = at_the_shell([str(SCRIPT)], home, "hello\n", **env)
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.splitlines()[-1].split("Resume with: ", 1)[1]
+
+
+def resumes(home: Path, command: str, **env: str) -> bool:
+    ran = at_the_shell(shlex.split(command), home, "/exit\n", **env)
+    return ran.returncode == 0 and ran.stdout.startswith("Resumed s_")
+
+
+def test_the_resume_hint_is_a_command_that_works_here(tmp_path):
+    # The venv is not on PATH: the script's own path.
+    hint = resume_hint(tmp_path, PATH=NO_VENV_PATH)
+    session_id = hint.rsplit(" ", 1)[1]
+    assert hint == f"{SCRIPT.resolve()} -r {session_id}"
+    assert resumes(tmp_path, hint, PATH=NO_VENV_PATH)
+    # It is (an activated venv, or pipx): the short command.
+    on_path = f"{SCRIPT.parent}{os.pathsep}{NO_VENV_PATH}"
+    hint = resume_hint(tmp_path, PATH=on_path)
+    assert hint == f"ethan -r {hint.rsplit(' ', 1)[1]}"
+    assert resumes(tmp_path, hint, PATH=on_path)
+
+
+def test_the_resume_hint_after_make_chat_is_make_chat(tmp_path):
+    make = {"PATH": NO_VENV_PATH, "MAKELEVEL": "1"}
+    hint = resume_hint(tmp_path, PWD=str(ROOT), **make)
+    session_id = hint.split('"-r ', 1)[1].rstrip('"')
+    assert hint == f'make chat ARGS="-r {session_id}"'
+    # make would run the console with those words (-n: say it, do not run it).
+    planned = subprocess.run(
+        [*shlex.split(hint.replace("make", "make -n", 1))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert planned.stdout.splitlines()[-1] == f".venv/bin/ethan -r {session_id}"
+    # `make -C ~/ethan chat` from another folder: the hint says which folder.
+    hint = resume_hint(tmp_path, PWD=str(tmp_path), **make)
+    assert hint == f'make -C {ROOT} chat ARGS="-r {hint.split(chr(34) + "-r ", 1)[1]}'
 
 
 def test_ethan_import_and_export_from_the_console_script(tmp_path):

@@ -33,7 +33,9 @@ class Command(BaseCommand):
         )
         parser.add_argument("--mode", default="work", help="work, or companion (陪伴)")
         parser.add_argument(
-            "--user", default=None, help="whose memory (default: the OS login name)"
+            "--user",
+            default=None,
+            help="whose memory (default: ETHAN_USER, else the OS login name; made on first use)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
