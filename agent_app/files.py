@@ -11,7 +11,7 @@ import yaml
 from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.models import OwnerSettings
-from ethan_site.layout import Imported, LayoutError
+from ethan_site.layout import Imported, LayoutError, storable
 from ethan_site.private import private_write_text
 
 CONFIG = "config.yaml"
@@ -24,9 +24,11 @@ def config_read(path: Path, notes: list[str]) -> dict[str, Any]:
 
     try:
         read_config_file(path)
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except ConfigError as exc:
         raise LayoutError(str(exc).replace(str(path), CONFIG)) from None
+    # Kept as JSON (OwnerSettings.values), which PostgreSQL's jsonb refuses NUL in.
+    return storable(CONFIG, "a value", values)
 
 
 def config_import(*, owner: AbstractBaseUser, values: dict[str, Any]) -> Imported:

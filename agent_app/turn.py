@@ -34,6 +34,7 @@ from agent_app.modes import mode_parse
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import SystemPrompt, build_system
 from agent_app.tools import TOOL_SPECS, run_tool
+from ethan_site.limits import UnstorableText, storable_text
 from ethan_site.queue import enqueue
 from llm.types import ToolCall
 from memory_app import services as memory_services
@@ -115,6 +116,14 @@ def turn_plan(
     text = (text or "").strip()
     if not text:
         raise TurnInputError("the message is empty")
+    try:
+        # Every text the turn may store or send, whatever door it came through (one rule).
+        storable_text("the message", text)
+        for _, content in history:
+            storable_text("a message of the conversation's history", content)
+        storable_text("the system text", instructions)
+    except UnstorableText as exc:
+        raise TurnInputError(str(exc)) from None
     if len(text) > settings.ETHAN_MESSAGE_MAX_CHARS:
         raise TurnInputError(
             f"the message is {len(text)} characters long; the limit is "

@@ -23,6 +23,7 @@ from ethan_site.layout import (
     file_time,
     json_list,
     json_write,
+    storable,
     text,
     whole_number,
 )
@@ -45,6 +46,7 @@ def episodes_read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
         keywords = item.get("keywords") or []
         if not isinstance(keywords, list) or not all(isinstance(k, str) for k in keywords):
             raise LayoutError(f"{where}: keywords must be a list of text")
+        storable(where, "keywords", keywords)
         turns = whole_number(item, "turn_count", where, default=0)
         episodes.append(
             {

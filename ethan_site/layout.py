@@ -17,7 +17,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from ethan_site.limits import too_long
+from ethan_site.limits import UnstorableText, storable_data, too_long
 from ethan_site.private import private_write_text
 
 # Rows per INSERT of a bulk import, and per read of an export.
@@ -85,7 +85,16 @@ def text(item: dict, key: str, where: str, required: bool = False) -> str:
         return ""
     if not isinstance(value, str):
         raise LayoutError(f"{where}: {key} must be text, not {value!r}")
-    return value
+    return storable(where, key, value)
+
+
+def storable(where: str, what: str, value: Any) -> Any:
+    """ethan_site.limits.storable_text on a value read (text, or JSON-like data), so a NUL or a
+    lone surrogate refuses the whole import before anything is written."""
+    try:
+        return storable_data(what, value)
+    except UnstorableText as exc:
+        raise LayoutError(f"{where}: {exc}") from None
 
 
 def within(where: str, what: str, value: str, limit: int) -> str:

@@ -9,9 +9,15 @@ a setting instead (settings.ETHAN_PROCEDURE_CAPACITY, 30 by default), as it is p
 
 Lengths are in characters (Python's len), counted after a fact's or a rule's whitespace is
 collapsed, as it is stored.
+
+Besides lengths, one rule on what text is at all (storable_text): no NUL and no lone surrogate.
+The turn (agent_app.turn.turn_plan) and the memory and profile services call it, the import's
+readers too, so every door refuses such text the same way, before anything is written.
 """
 
 from __future__ import annotations
+
+import re
 
 from django.core.validators import MaxLengthValidator
 
@@ -55,3 +61,43 @@ def max_chars(what: str, limit: int) -> MaxLengthValidator:
     return MaxLengthValidator(
         limit, message=f"{what} is at most %(limit_value)d characters; this one is %(show_value)d"
     )
+
+
+# A NUL, which PostgreSQL's text cannot hold (SQLite stores it, and the same data must move
+# between the two), and the halves of UTF-16 surrogate pairs: JSON's "\ud800" decodes to one in
+# Python, yet it is no character, and UTF-8 (a file, a web page, PostgreSQL) cannot encode it.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class UnstorableText(ValueError):
+    """Text that holds a character no stored text may hold (storable_text)."""
+
+
+def storable_text(what: str, text: str) -> str:
+    """`text` if a person can store it, else UnstorableText in the one wording of that refusal:
+    "a fact contains a NUL character (U+0000), which text cannot hold: remove it"."""
+    found = _UNSTORABLE.search(text)
+    if found is None:
+        return text
+    code = ord(found.group())
+    name = (
+        "a NUL character (U+0000)"
+        if code == 0
+        else f"a lone surrogate (U+{code:04X}, half of a UTF-16 pair, not a character)"
+    )
+    raise UnstorableText(f"{what} contains {name}, which text cannot hold: remove it")
+
+
+def storable_data(what: str, data: object) -> object:
+    """`data` (JSON-like: mappings, lists, text, numbers) if every text in it, keys included,
+    passes storable_text; PostgreSQL's jsonb refuses "\\u0000" as its text does a NUL."""
+    if isinstance(data, str):
+        storable_text(what, data)
+    elif isinstance(data, dict):
+        for key, value in data.items():
+            storable_data(what, str(key))
+            storable_data(what, value)
+    elif isinstance(data, list | tuple):
+        for value in data:
+            storable_data(what, value)
+    return data

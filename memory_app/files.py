@@ -25,6 +25,7 @@ from ethan_site.layout import (
     file_time,
     json_list,
     json_write,
+    storable,
     text,
     whole_number,
     within,
@@ -104,7 +105,7 @@ def _fact_sources(value: Any, where: str) -> list[tuple[str, int]]:
         seq = source.get("seq") if isinstance(source, dict) else None
         if not isinstance(sid, str) or isinstance(seq, bool) or not isinstance(seq, int):
             raise LayoutError(f"{where}: a source must be {{session_id: text, seq: number}}")
-        sources.append((sid, seq))
+        sources.append((storable(where, "a source's session_id", sid), seq))
     return sources
 
 

@@ -16,6 +16,8 @@ from ethan_site.limits import (
     FACT_MAX_CHARS,
     RULE_CONTEXT_MAX_CHARS,
     RULE_MAX_CHARS,
+    UnstorableText,
+    storable_text,
     too_long,
 )
 from memory_app import confidence as rules
@@ -33,18 +35,23 @@ def fact_search_tokens(content: str, message: Message | None) -> str:
 
 def _within(field: str, what: str, text: str, limit: int) -> None:
     """ethan_site.limits, checked first, before a fact or rule is matched against the stored
-    ones: an over-long text is refused whole: never cut, never taken as a known one."""
+    ones: text no one can store (storable_text) or an over-long text is refused whole: never
+    cut, never taken as a known one."""
+    try:
+        storable_text(what, text)
+    except UnstorableText as exc:
+        raise ValidationError({field: str(exc)}) from None
     if len(text) > limit:
         raise ValidationError({field: too_long(what, limit, len(text))})
 
 
 def _fact_content(content: str) -> str:
     """A fact as stored: one line (whitespace collapsed, so it cannot start a line of its own in
-    the system prompt), with words, within FACT_MAX_CHARS."""
+    the system prompt), within FACT_MAX_CHARS, with words."""
     content = " ".join(content.split())
+    _within("content", "a fact", content, FACT_MAX_CHARS)
     if not normalize(content):
         raise ValidationError({"content": "a fact needs words, not only punctuation or spaces"})
-    _within("content", "a fact", content, FACT_MAX_CHARS)
     return content
 
 
@@ -184,11 +191,11 @@ def procedure_write(
 
 
 def _rule_text(rule: str) -> str:
-    """A rule as stored: one line, with words, within RULE_MAX_CHARS."""
+    """A rule as stored: one line, within RULE_MAX_CHARS, with words."""
     rule = " ".join(rule.split())
+    _within("rule", "a rule", rule, RULE_MAX_CHARS)
     if not normalize(rule):
         raise ValidationError({"rule": "a rule needs words"})
-    _within("rule", "a rule", rule, RULE_MAX_CHARS)
     return rule
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ethan_site.limits import PROFILE_MAX_CHARS
+from ethan_site.limits import PROFILE_MAX_CHARS, UnstorableText, storable_text
 from profile_app.sections import SECTIONS, section_for
 
 TITLE = "# 用户画像"
@@ -69,8 +69,10 @@ def parse(text: str) -> ParsedProfile:
         raise ProfileParseError(
             f"the profile is {len(text)} characters long; at most {MAX_CHARS} are accepted"
         )
-    if "\x00" in text:
-        raise ProfileParseError("the profile contains a NUL character")
+    try:
+        storable_text("the profile", text)
+    except UnstorableText as exc:
+        raise ProfileParseError(str(exc)) from None
     bodies: dict[str, list[str]] = {}
     seen_at: dict[str, int] = {}
     notes: list[str] = []

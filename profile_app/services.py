@@ -9,7 +9,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS, too_long
+from ethan_site.limits import (
+    PROFILE_ENTRY_MAX_CHARS,
+    PROFILE_MAX_CHARS,
+    storable_text,
+    too_long,
+)
 from llm.text import terms
 from profile_app.markdown import ProfileParseError, normalize_content, parse, render
 from profile_app.models import ProfileRevision, ProfileSection
@@ -75,12 +80,14 @@ def profile_update(
     actor: str = "agent",
 ) -> ProfileSection:
     """Change one section; the previous text is kept as a revision. ValueError on bad input:
-    an unknown section or mode, an empty entry, an append/merge entry longer than
+    an unknown section or mode, an empty entry, text no one can store (a NUL character, a
+    lone surrogate: ethan_site.limits.storable_text), an append/merge entry longer than
     PROFILE_ENTRY_MAX_CHARS, or a change that would make the whole rendered user_profile.md
     longer than PROFILE_MAX_CHARS (so what GET /api/profile gives can always be PUT back)."""
     target = section_for(section)
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}: use append, overwrite or merge")
+    storable_text("a profile entry" if mode != "overwrite" else "the section's text", entry)
     # An overwrite keeps the text as written (indentation is Markdown); an entry is one line.
     entry = normalize_content(entry) if mode == "overwrite" else entry.strip()
     if not entry and mode != "overwrite":

@@ -22,7 +22,7 @@ from django.db.models import F, Max, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from ethan_site.layout import BATCH, Imported, LayoutError, epoch, file_time
+from ethan_site.layout import BATCH, Imported, LayoutError, epoch, file_time, storable
 from ethan_site.private import private_file
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
@@ -72,11 +72,12 @@ def sessions_read(path: Path, notes: list[str]) -> SessionRows:
         if session_id in rows.messages:
             raise LayoutError(f"{where}: the id {session_id} appears twice")
         rows.messages[session_id] = []
+        storable(where, "the id", session_id)
         rows.sessions.append(
             {
                 "id": session_id,
-                "title": str(row["title"] or "")[:200],
-                "model": str(row["model"] or "")[:100],
+                "title": storable(where, "the title", str(row["title"] or "")[:200]),
+                "model": storable(where, "the model", str(row["model"] or "")[:100]),
                 "created_at": file_time(row["created_at"], where) or timezone.now(),
                 "updated_at": file_time(row["updated_at"], where),
             }
@@ -98,9 +99,11 @@ def sessions_read(path: Path, notes: list[str]) -> SessionRows:
         rows.messages[session_id].append(
             {
                 "role": row["role"],
-                "content": str(row["content"] or ""),
-                "tool_calls": tool_calls,
-                "tool_call_id": str(row["tool_call_id"] or "")[:128],
+                "content": storable(where, "the content", str(row["content"] or "")),
+                "tool_calls": storable(where, "tool_calls", tool_calls),
+                "tool_call_id": storable(
+                    where, "tool_call_id", str(row["tool_call_id"] or "")[:128]
+                ),
             }
         )
     # A session without messages is kept as a session; only sessions with some need a list.

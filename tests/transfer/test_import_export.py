@@ -422,3 +422,74 @@ def test_malformed_fact_sources_refuse_the_import(tmp_path, owner):
     with pytest.raises(CommandError, match=r"memory/facts.json, item 0: a source must be"):
         run("ethan_import", "--home", str(source), "--user", "ada")
     assert not Fact.objects.exists() and not ChatSession.objects.exists()
+
+
+def _hostile_layout(home: Path, where: str, text: str) -> tuple[Path, str]:
+    """The layout with `text` (a NUL or a lone surrogate) in one place; and the place as the
+    refusal names it."""
+    build_layout(home)
+    if where == "facts":
+        facts = [FACTS[0], {**FACTS[1], "content": f"sister in {text}"}]
+        (home / "memory/facts.json").write_text(json.dumps(facts))
+        return home, "memory/facts.json, item 1: content contains"
+    if where == "procedures":
+        rules = [{**PROCEDURES[0], "context": text}]
+        (home / "memory/procedures.json").write_text(json.dumps(rules))
+        return home, "memory/procedures.json, item 0: context contains"
+    if where == "episodes":
+        episodes = [{**EPISODES[0], "keywords": ["里斯本", text]}]
+        (home / "memory/episodes.json").write_text(json.dumps(episodes))
+        return home, "memory/episodes.json, item 0: keywords contains"
+    if where == "config":
+        # YAML's escapes ("\0", "\ud800") make them as JSON's do.
+        escape = "\\0" if text == "\x00" else "\\ud800"
+        (home / "config.yaml").write_text(f'model: "gpt-4o{escape}"\n')
+        return home, "config.yaml: a value contains"
+    db = sqlite3.connect(home / "sessions.db")
+    if where == "message":
+        db.execute("UPDATE messages SET content = ? WHERE content = 'ok'", (f"o{text}k",))
+        place = "sessions.db, messages rowid 3: the content contains"
+    else:  # tool calls, JSON in a text column
+        calls = json.dumps([{**TOOL_CALLS[0], "id": f"call{text}"}])
+        db.execute("UPDATE messages SET tool_calls = ? WHERE tool_calls IS NOT NULL", (calls,))
+        place = "sessions.db, messages rowid 2: tool_calls contains"
+    db.commit()
+    db.close()
+    return home, place
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        *(
+            (where, text)
+            for where in ("facts", "procedures", "episodes", "config", "tool_calls")
+            for text in ("\x00", "\ud800")
+        ),
+        # (sqlite3 cannot write a lone surrogate into a text column: UTF-8 has none.)
+        ("message", "\x00"),
+    ],
+)
+def test_text_no_one_can_store_refuses_the_whole_import(tmp_path, owner, where, text):
+    """A NUL (PostgreSQL cannot store it; SQLite did) or a lone surrogate (JSON's "\\ud800"),
+    anywhere: one line naming the file and the place, and nothing imported."""
+    named = "a NUL character (U+0000)" if text == "\x00" else "a lone surrogate (U+D800"
+    source, place = _hostile_layout(tmp_path / "in", where, text)
+    with pytest.raises(CommandError, match="nothing imported") as error:
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert f"{place} {named}" in str(error.value)
+    assert "\n" not in str(error.value)
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
+    assert not Fact.objects.exists() and not Procedure.objects.exists()
+    assert not ProfileSection.objects.exists() and not Episode.objects.exists()
+    assert not OwnerSettings.objects.exists()
+
+
+def test_a_profile_with_a_nul_refuses_the_whole_import(tmp_path, owner):
+    """(A file of UTF-8 cannot hold a lone surrogate: it is refused as not UTF-8.)"""
+    source = build_layout(tmp_path / "in")
+    (source / "memory/user_profile.md").write_text(PROFILE.replace("张三", "张\x00三"))
+    with pytest.raises(CommandError, match="nothing imported") as error:
+        run("ethan_import", "--home", str(source), "--user", "ada")
+    assert "memory/user_profile.md: the profile contains a NUL character" in str(error.value)
+    assert not ChatSession.objects.exists() and not ProfileSection.objects.exists()
