@@ -77,7 +77,11 @@ class LoginThrottle(SimpleRateThrottle):
 
     def _count(self, key: str, ttl: int) -> int:
         self.cache.add(key, 0, ttl)
-        count = self.cache.incr(key)
+        try:
+            count = self.cache.incr(key)
+        except ValueError:  # evicted between the two: this attempt starts it again
+            self.cache.set(key, 1, ttl)
+            count = 1
         # The file cache's incr writes the entry again with the cache's default expiry.
         self.cache.touch(key, ttl)
         return count

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.cache.backends.locmem import LocMemCache
 from django.test import Client
 
 from tests.signin_helpers import Clock
@@ -128,3 +130,18 @@ def test_sign_in_with_the_cache_down_is_let_through(ada, settings, monkeypatch, 
     welcome = sign_in(SITE, "ada", PASSWORD)
     assert (welcome.status_code, welcome.signed_in) == (302, True)
     assert "sign-in not counted (cache unavailable: ConnectionError)" in caplog.text
+
+
+class EvictingCache(LocMemCache):
+    """A cache under memory pressure at the worst moment: what add() stores is gone before
+    the incr() that follows it."""
+
+    def add(self, key, value, timeout=DEFAULT_TIMEOUT, version=None) -> bool:
+        return True
+
+
+def test_sign_in_counts_survive_a_counter_evicted_mid_count(clock, ada, settings):
+    settings.CACHES = {"default": {"BACKEND": f"{__name__}.EvictingCache", "LOCATION": "evicting"}}
+    cache.clear()
+    statuses = [sign_in(SITE, "ada", "wrong").status_code for _ in range(11)]
+    assert statuses == [200] * 10 + [429]
