@@ -263,3 +263,27 @@ def test_stored_stems_are_told_as_said_by_the_migration(owner):
     assert old.search_tokens == search_tokens(f"{old.summary} stories calls kids")
     assert gone.keywords == ["Lisbon", "trips", "tram", "里斯本"]  # from the summary alone
     assert imported.keywords == ["Porto trip", "coffee"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_mcp_and_an_export_show_the_keywords_as_said(owner, llm_config, tmp_path):
+    import json
+
+    from rest_framework.authtoken.models import Token
+
+    from episodes_app.files import episodes_export
+    from tests.mcp_client import over_http, served_in_thread, structured
+
+    written = episode_write(session=conversation(owner, *STORIES))
+    assert written.keywords[:2] == ["stories", "calls"]
+
+    async def search(client):
+        return await client.call_tool("episodes_search", {"query": "story"})
+
+    token = Token.objects.get_or_create(user=owner)[0].key
+    with served_in_thread() as url:
+        [found] = structured(over_http(url, token, search))["episodes"]
+    assert found["keywords"] == written.keywords
+    episodes_export(owner=owner, home=tmp_path)
+    [exported] = json.loads((tmp_path / "memory/episodes.json").read_text())
+    assert exported["keywords"] == written.keywords
