@@ -267,6 +267,12 @@ ETHAN_EPISODE_RECALL_TOKENS = _config.positive("ETHAN_EPISODE_RECALL_TOKENS", 60
 # The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
 ETHAN_TURN_MAX_MODEL_CALLS = _config.positive("ETHAN_TURN_MAX_MODEL_CALLS", 8)
 ETHAN_MESSAGE_MAX_CHARS = _config.positive("ETHAN_MESSAGE_MAX_CHARS", 32_000)
+# /v1/chat/completions takes the client's whole conversation with every request: at most this
+# many messages, and at most this many characters of them before the question. A pasted
+# history is stored, a row per message, and its last rounds go into every later context;
+# 400,000 characters is about what the largest models' context (128k tokens) holds.
+ETHAN_V1_MAX_MESSAGES = _config.positive("ETHAN_V1_MAX_MESSAGES", 1_000)
+ETHAN_V1_MAX_HISTORY_CHARS = _config.positive("ETHAN_V1_MAX_HISTORY_CHARS", 400_000)
 # Turns on one session are answered one at a time: a turn waits at most this long for the one
 # before it to finish (then it is refused, nothing written, and may be retried); a claim older
 # than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.

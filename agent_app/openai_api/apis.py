@@ -16,7 +16,6 @@ import secrets
 import time
 from collections.abc import Iterator
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.http import Http404, StreamingHttpResponse
@@ -331,14 +330,6 @@ class ChatCompletionsApi(OpenAIView):
             chat = chat_read(params["messages"])
         except ConversationError as exc:
             return _error(400, str(exc), kind=exc.code, param=exc.param)
-        limit = settings.ETHAN_MESSAGE_MAX_CHARS
-        if len(chat.instructions) > limit:
-            return _error(
-                400,
-                f"the system messages are {len(chat.instructions)} characters long; the "
-                f"limit is {limit}",
-                param="messages",
-            )
         pinned = None
         if request.headers.get(SESSION_HEADER):
             try:

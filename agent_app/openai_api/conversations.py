@@ -31,6 +31,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 from django.db.models import Q
@@ -91,11 +92,20 @@ def _text(content: object, where: str) -> str:
 
 def chat_read(messages: Sequence[object]) -> ClientChat:
     """Read a request's `messages`; ConversationError for anything that is not a conversation
-    Ethan can continue (a client's own tool traffic included)."""
+    Ethan can continue (a client's own tool traffic included) or that is over a limit
+    (_check_limits)."""
     if not isinstance(messages, list) or not messages:
         raise ConversationError("messages must be a non-empty list")
+    # Counted first: a request of 20,000 messages is refused before any is read.
+    if len(messages) > settings.ETHAN_V1_MAX_MESSAGES:
+        raise ConversationError(
+            f"messages holds {len(messages)} messages; at most {settings.ETHAN_V1_MAX_MESSAGES} "
+            "are taken in one request (ETHAN_V1_MAX_MESSAGES)",
+            code="array_above_max_length",
+        )
     instructions: list[str] = []
     turns: list[tuple[str, str]] = []
+    places: list[str] = []  # where each of `turns` is in the request, for the errors
     for index, message in enumerate(messages):
         where = f"messages[{index}]"
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -117,22 +127,56 @@ def chat_read(messages: Sequence[object]) -> ClientChat:
                 instructions.append(text.strip())
         elif role in (USER, ASSISTANT):
             turns.append((role, text))
+            places.append(where)
         else:
             raise ConversationError(f"{where} has an unknown role {role!r}")
     if not turns or turns[-1][0] != USER or messages[-1].get("role") != USER:
         raise ConversationError("the last message must be the user's")
-    return ClientChat(
+    chat = ClientChat(
         instructions="\n\n".join(instructions),
         history=tuple(turns[:-1]),
         question=turns[-1][1].strip(),
     )
+    _check_limits(chat, places)
+    return chat
+
+
+def _check_limits(chat: ClientChat, places: list[str]) -> None:
+    """Each message and the system text within ETHAN_MESSAGE_MAX_CHARS, as a message sent to
+    /api/chat is; the history within ETHAN_V1_MAX_HISTORY_CHARS. Checked on every request,
+    also one whose history is already stored: the bound is on what a request may bring."""
+    limit = settings.ETHAN_MESSAGE_MAX_CHARS
+    for (_, text), where in zip((*chat.history, (USER, chat.question)), places, strict=True):
+        if len(text.strip()) > limit:
+            raise ConversationError(
+                f"{where}.content is {len(text.strip())} characters long; the limit is {limit}",
+                param=f"{where}.content",
+                code="string_above_max_length",
+            )
+    if len(chat.instructions) > limit:
+        raise ConversationError(
+            f"the system messages are {len(chat.instructions)} characters long; the limit is "
+            f"{limit}",
+            code="string_above_max_length",
+        )
+    total = sum(len(text) for _, text in chat.history)
+    if total > settings.ETHAN_V1_MAX_HISTORY_CHARS:
+        raise ConversationError(
+            f"the messages before the last one are {total} characters long; at most "
+            f"{settings.ETHAN_V1_MAX_HISTORY_CHARS} are taken (ETHAN_V1_MAX_HISTORY_CHARS): "
+            "start a new conversation",
+            code="context_length_exceeded",
+        )
 
 
 def digest(turns: Sequence[tuple[str, str]]) -> str:
     """The conversation's fingerprint: roles and texts, whitespace collapsed (a client that
     trims or re-wraps a reply still matches)."""
     canonical = [[role, " ".join(text.split())] for role, text in turns]
-    return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
+    # surrogatepass: a lone surrogate (turn_plan refuses it, after this) is no UnicodeEncodeError;
+    # valid text encodes as before, so digests already stored still match.
+    data = json.dumps(canonical, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

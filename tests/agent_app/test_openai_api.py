@@ -10,6 +10,7 @@ import urllib.request
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 from rest_framework.authtoken.models import Token
 
 from agent_app.models import ClientConversation
@@ -528,6 +529,109 @@ def test_a_message_over_the_limit_is_400(client_for, owner, llm_config, settings
             model="ethan", messages=[{"role": "user", "content": "x" * 101}]
         )
     assert not Message.objects.exists()
+
+
+def _conversation(history_chars: int, rounds: int = 2) -> list[dict]:
+    """`rounds` earlier rounds (each message `history_chars` long), then the question."""
+    messages = []
+    for n in range(rounds):
+        messages.append({"role": "user", "content": f"{n}" * history_chars})
+        messages.append({"role": "assistant", "content": f"{n}" * history_chars})
+    return [*messages, {"role": "user", "content": "and now?"}]
+
+
+@pytest.mark.parametrize(
+    ("messages", "code", "param", "words"),
+    [
+        # A pasted history message over ETHAN_MESSAGE_MAX_CHARS (100 here).
+        (_conversation(101), "string_above_max_length", "messages[0].content", "the limit is 100"),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "tell me everything"},
+                {"role": "assistant", "content": "y" * 101},
+                {"role": "user", "content": "so?"},
+            ],
+            "string_above_max_length",
+            "messages[3].content",
+            "messages[3].content is 101 characters long",
+        ),
+        (
+            [{"role": "system", "content": "s" * 101}, *_conversation(10)],
+            "string_above_max_length",
+            "messages",
+            "the system messages are 101 characters long",
+        ),
+        # More messages than ETHAN_V1_MAX_MESSAGES (8 here).
+        (_conversation(1, rounds=4), "array_above_max_length", "messages", "at most 8"),
+        # A history over ETHAN_V1_MAX_HISTORY_CHARS (300 here): 4 messages of 100.
+        (_conversation(100), "context_length_exceeded", "messages", "400 characters long"),
+    ],
+)
+def test_a_conversation_over_the_limits_is_400_and_stores_nothing(
+    client_for, owner, llm_config, settings, messages, code, param, words
+):
+    settings.ETHAN_MESSAGE_MAX_CHARS = 100
+    settings.ETHAN_V1_MAX_MESSAGES = 8
+    settings.ETHAN_V1_MAX_HISTORY_CHARS = 300
+    client = client_for(owner)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model="ethan", messages=messages)
+    error = refused.value.body
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+    assert words in error["message"]
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
+    # Within every limit, the same kind of conversation is taken and stored whole.
+    client.chat.completions.create(model="ethan", messages=_conversation(75))
+    assert Message.objects.filter(role__in=["user", "assistant"]).count() == 6
+
+
+def test_a_pasted_history_of_thousands_of_messages_is_refused_before_any_is_read(
+    client_for, owner, llm_config
+):
+    """The default ETHAN_V1_MAX_MESSAGES (1000): 20,000 messages stored 20,000 rows before."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client_for(owner).chat.completions.create(
+            model="ethan", messages=_conversation(1, rounds=10_000)
+        )
+    assert refused.value.code == "array_above_max_length"
+    assert "messages holds 20001 messages; at most 1000" in refused.value.message
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
+
+
+# A NUL (PostgreSQL's text cannot hold it; SQLite stored it) and a lone surrogate (JSON's
+# "\ud800", which a JavaScript chat app sends as is; it was a 500).
+HOSTILE = {"nul": "a\x00b", "surrogate": "a\ud800b"}
+
+
+def _with(where: str, text: str) -> list[dict]:
+    question = text if where == "question" else "what now?"
+    history = [{"role": "user", "content": text if where == "history" else "hi"}]
+    history.append({"role": "assistant", "content": "hello"})
+    system = [{"role": "system", "content": text}] if where == "system" else []
+    return [*system, *history, {"role": "user", "content": question}]
+
+
+@pytest.mark.parametrize("where", ["question", "history", "system"])
+@pytest.mark.parametrize("kind", ["nul", "surrogate"])
+def test_hostile_text_is_400_and_stores_nothing(client_for, owner, llm_config, where, kind):
+    client = client_for(owner)
+    messages = _with(where, HOSTILE[kind])
+    with pytest.raises(openai.BadRequestError) as refused:
+        if kind == "nul":
+            client.chat.completions.create(model="ethan", messages=messages)
+        else:
+            # The SDK encodes its JSON as UTF-8, which has no lone surrogates: the body as a
+            # JavaScript client writes it (JSON.stringify escapes it), through the same SDK.
+            body = json.dumps({"model": "ethan", "messages": messages}).encode()
+            client.post("/chat/completions", cast_to=ChatCompletion, content=body)
+    error = refused.value.body
+    assert (error["type"], error["param"]) == ("invalid_request_error", "messages")
+    character = "a NUL character (U+0000)" if kind == "nul" else "a lone surrogate (U+D800"
+    assert character in error["message"] and "which text cannot hold" in error["message"]
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
+    assert not ClientConversation.objects.exists()
 
 
 def test_an_unknown_model_is_404(client_for, owner, llm_config):

@@ -166,3 +166,21 @@ def test_broken_config_is_one_line_from_every_entry_point(tmp_path):
         assert result.stderr.startswith(
             f"ethan: configuration error: {tmp_path / 'config.yaml'}, line 2"
         )
+
+
+def test_the_v1_limits_are_read_like_every_setting_and_checked_at_start(tmp_path):
+    show = (
+        "from django.conf import settings; "
+        "print(settings.ETHAN_V1_MAX_MESSAGES, settings.ETHAN_V1_MAX_HISTORY_CHARS)"
+    )
+    defaults = run_manage(["shell", "-v", "0", "-c", show], tmp_path)
+    assert defaults.stdout.split() == ["1000", "400000"], defaults.stderr
+    write_config(tmp_path, "v1:\n  max_history_chars: 50000\n")
+    chosen = run_manage(["shell", "-v", "0", "-c", show], tmp_path, ETHAN_V1_MAX_MESSAGES="200")
+    assert chosen.stdout.split() == ["200", "50000"], chosen.stderr
+    refused = run_manage(["check"], tmp_path, ETHAN_V1_MAX_MESSAGES="0")
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-1] == (
+        "ethan: configuration error: ETHAN_V1_MAX_MESSAGES from environment variable "
+        "ETHAN_V1_MAX_MESSAGES: must be at least 1, not 0"
+    )
