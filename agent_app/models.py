@@ -103,9 +103,18 @@ class LarkEvent(models.Model):
     # When its handling task was published (lark_events_dispatch). A received event with none
     # lost its wake-up, one queued long ago lost its task: the sweep queues both again.
     queued_at = models.DateTimeField(null=True, blank=True)
-    # When a worker took it (status processing). One still processing long after this belongs
-    # to a worker that died: the sweep (channels.lark_reclaim) takes it back.
+    # When a worker took it (status processing), renewed at each of its fenced writes. One
+    # still processing long after this belongs to a worker that died: the sweep
+    # (channels.lark_reclaim) takes it back.
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # The fence of the claim: a random token, new with each claim (the worker's, the sweep's).
+    # A worker writes (the question, the reply) and sends only while the event still holds
+    # its token, so a worker whose event the sweep took back stops instead of answering twice.
+    claim_token = models.CharField(max_length=32, blank=True, editable=False)
+    # The claim on the session its turn holds (ChatSession.turn_claim), recorded with each
+    # fenced write: the sweep, taking the event back, gives that claim back for its own turn
+    # (the old turn can write nothing more: the fence refuses it).
+    session_claim = models.CharField(max_length=32, blank=True, editable=False)
     # The user message its turn stored, once stored: a retaken event never stores it twice.
     question = models.ForeignKey(
         "sessions_app.Message", models.SET_NULL, null=True, blank=True, related_name="+"

@@ -21,7 +21,8 @@ What is stored, and when:
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -74,6 +75,17 @@ class TurnPlan:
     # The client's own instructions (a chat app's system message): put after Ethan's system
     # prompt, never in place of it.
     instructions: str = ""
+    # For a channel whose right to answer can be taken over mid-turn (a Lark event the sweep
+    # took back): called inside the transaction of each of the turn's writes (its question,
+    # each tool step, its reply) with the session and the question just stored (else None).
+    # False: the turn's right has gone to another; that write is undone and the turn stops
+    # (TurnSuperseded), so only the holder stores an answer.
+    fence: Callable[[ChatSession, Message | None], bool] | None = None
+
+
+class TurnSuperseded(Exception):
+    """The turn's fence said another took over its right to answer: the write it guarded was
+    undone and the turn stopped; its claim on the session is given back."""
 
 
 def owner_model(owner: AbstractBaseUser) -> str | None:
@@ -111,6 +123,7 @@ def turn_plan(
     again: bool = False,
     history: tuple[tuple[str, str], ...] = (),
     instructions: str = "",
+    fence: Callable[[ChatSession, Message | None], bool] | None = None,
 ) -> TurnPlan:
     """Validate a turn before anything is written; raises TurnInputError."""
     text = (text or "").strip()
@@ -153,6 +166,7 @@ def turn_plan(
         again=again,
         history=tuple(history),
         instructions=instructions.strip(),
+        fence=fence,
     )
 
 
@@ -281,33 +295,34 @@ def turn_start(plan: TurnPlan) -> TurnStream:
 
     Raised here, before any event and with nothing written: sessions_app's SessionBusy (another
     turn on this session did not finish within ETHAN_TURN_WAIT_SECONDS) and a DatabaseError
-    that kept the message from being stored. Turns on one session run one at a time: a new
-    session needs no claim (nobody else knows its id yet)."""
+    that kept the message from being stored. Turns on one session run one at a time, a new
+    session's first one too: its session row is inserted already claimed, so a second turn
+    sent to the new id while the first is answered waits like on any busy session."""
     session = plan.session
     if session is None:
         session = session_services.session_start(
             owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
         )
-    # Durable: the message is committed before the model is called, so this is never part of
-    # a caller's transaction.
     if not session.is_persisted:
         session.model = plan.model
-        # A history brought along is stored whole with its question.
-        with transaction.atomic(durable=True):
-            question = _store_question(plan, session, claim=False)
-        return TurnStream(session=session, events=_events(plan, session, ""), question=question)
     try:
-        # A free session (the usual case): claimed by the statement that stores the message
-        # (message_append), one commit before the model is called. A concurrent claimer waits
-        # on the row lock for that commit, then finds the session claimed.
+        # Durable: the message is committed before the model is called, so this is never part
+        # of a caller's transaction. A free session (the usual case): claimed by the statement
+        # that stores the message (message_append; for a new session, the INSERT of its row),
+        # one commit before the model is called. A concurrent claimer waits on the row lock
+        # for that commit, then finds the session claimed. A history brought along is stored
+        # whole with its question.
         with transaction.atomic(durable=True):
             question = _store_question(plan, session, claim=True)
+            _fenced(plan, session, question)
     except session_services.SessionBusy:
         # Another turn is on it: wait for it outside any transaction (the claim must be seen
         # by other connections as soon as it is made), then store.
         _claim(session, wait_seconds=settings.ETHAN_TURN_WAIT_SECONDS)
         try:
-            question = _store_question(plan, session, claim=False)
+            with transaction.atomic(durable=True):
+                question = _store_question(plan, session, claim=False)
+                _fenced(plan, session, question)
         except BaseException:
             _release(session, session.turn_claim)
             raise
@@ -331,8 +346,14 @@ def _store_question(plan: TurnPlan, session: ChatSession, *, claim: bool) -> Mes
     if session.is_persisted and session.model != plan.model:
         session_services.session_set_model(session=session, model=plan.model)
     session_services.session_reopen(session=session)
+    claim_seconds = settings.ETHAN_TURN_CLAIM_SECONDS if claim else None
     for role, content in plan.history:
-        session_services.message_append(session=session, role=role, content=content)
+        # A history only ever starts a new session: its first message inserts the session
+        # row, and the claim rides on that INSERT.
+        session_services.message_append(
+            session=session, role=role, content=content, claim_stale_seconds=claim_seconds
+        )
+        claim_seconds = None
     if plan.again:
         if claim:
             _claim(session, wait_seconds=0)
@@ -341,8 +362,15 @@ def _store_question(plan: TurnPlan, session: ChatSession, *, claim: bool) -> Mes
         session=session,
         role=Message.Role.USER,
         content=plan.text,
-        claim_stale_seconds=settings.ETHAN_TURN_CLAIM_SECONDS if claim else None,
+        claim_stale_seconds=claim_seconds,
     )
+
+
+def _fenced(plan: TurnPlan, session: ChatSession, question: Message | None = None) -> None:
+    """Inside one of the turn's write transactions: stop the turn, undoing that write, when
+    the plan's fence says its right to answer has gone to another."""
+    if plan.fence is not None and not plan.fence(session, question):
+        raise TurnSuperseded(f"session {session.pk}: the turn's right to answer was taken over")
 
 
 def _release(session: ChatSession | None, token: str) -> None:
@@ -498,12 +526,16 @@ def _answer(
         # On the last allowed call tools were not offered: calls a model sends anyway are
         # not run, and what it wrote is the reply.
         if not completion.tool_calls or step == max_calls:
-            session_services.message_append(
-                session=session,
-                role=Message.Role.ASSISTANT,
-                content=completion.text,
-                release_token=token,
-            )
+            # Fenced, the reply and its fence are one transaction; unfenced, the append is one
+            # of its own (no statement added to every turn).
+            with transaction.atomic(durable=True) if plan.fence else nullcontext():
+                _fenced(plan, session)
+                session_services.message_append(
+                    session=session,
+                    role=Message.Role.ASSISTANT,
+                    content=completion.text,
+                    release_token=token,
+                )
             return Done(
                 session_id=session.pk,
                 reply=completion.text,
@@ -517,7 +549,7 @@ def _answer(
             )
         for call in completion.tool_calls:
             yield ToolCalled(tool=call.name, arguments=call.arguments)
-        results = _tool_step_write(owner=plan.owner, session=session, completion=completion)
+        results = _tool_step_write(plan=plan, session=session, completion=completion)
         context.append(completion.as_message())
         for call, result in zip(completion.tool_calls, results, strict=True):
             context.append(llm.Message.tool(call.id, result, name=call.name))
@@ -528,13 +560,14 @@ def _answer(
 
 @transaction.atomic(durable=True)  # never inside a caller's: no transaction spans a model call
 def _tool_step_write(
-    *, owner: AbstractBaseUser, session: ChatSession, completion: llm.Completion
+    *, plan: TurnPlan, session: ChatSession, completion: llm.Completion
 ) -> list[str]:
     """Store one tool step whole or not at all: the assistant message with its tool calls,
     what the tools wrote (facts, procedures, profile) and their results. A database error
     half-way leaves no call without its result (which no provider would accept back) and no
     fact pointing at a message that is not there. The model call stays outside: no
     transaction is held open while a model thinks."""
+    _fenced(plan, session)
     assistant = session_services.message_append(
         session=session,
         role=Message.Role.ASSISTANT,
@@ -543,7 +576,7 @@ def _tool_step_write(
     )
     results = []
     for call in completion.tool_calls:
-        result = _run_tool_logged(owner=owner, session=session, message=assistant, call=call)
+        result = _run_tool_logged(owner=plan.owner, session=session, message=assistant, call=call)
         session_services.message_append(
             session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
         )

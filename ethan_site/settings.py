@@ -289,7 +289,8 @@ ETHAN_MCP_INITIALIZE_RATE = _config.rate("ETHAN_MCP_INITIALIZE_RATE", "30/min")
 
 # --- Lark -----------------------------------------------------------------------------------
 # An event still being answered this long after a worker took it belongs to a worker that died:
-# the sweep (channels.lark_reclaim, every minute) takes it back. Longer than any turn can take.
+# the sweep (channels.lark_reclaim, every minute) takes it back. Above the tasks' hard time
+# limit (checked with it below), so no worker still runs it then.
 ETHAN_LARK_RECLAIM_SECONDS = _config.positive("ETHAN_LARK_RECLAIM_SECONDS", 600)
 # LARK_BASE_URL: https://open.larksuite.com (Lark) or https://open.feishu.cn (Feishu).
 LARK_APP_ID = _config.get("LARK_APP_ID", "", str)
@@ -387,6 +388,15 @@ CELERY_TIMEZONE = TIME_ZONE
 # The longest task is a consolidation with a few model calls; the hard limit kills a stuck one.
 CELERY_TASK_SOFT_TIME_LIMIT = _config.positive("ETHAN_TASK_SOFT_TIME_LIMIT", 240)
 CELERY_TASK_TIME_LIMIT = _config.positive("ETHAN_TASK_TIME_LIMIT", 300)
+# The Lark sweep takes back an event still being answered after ETHAN_LARK_RECLAIM_SECONDS,
+# taking its worker for dead: only true once the hard limit has killed any task that old.
+if ETHAN_LARK_RECLAIM_SECONDS <= CELERY_TASK_TIME_LIMIT:
+    raise ConfigError(
+        f"ETHAN_LARK_RECLAIM_SECONDS from {_config.source_of('ETHAN_LARK_RECLAIM_SECONDS')} "
+        f"({ETHAN_LARK_RECLAIM_SECONDS}) must be above ETHAN_TASK_TIME_LIMIT from "
+        f"{_config.source_of('ETHAN_TASK_TIME_LIMIT')} ({CELERY_TASK_TIME_LIMIT}): the Lark "
+        "sweep would take back events whose worker is still answering them"
+    )
 # A task is acknowledged when it finishes, so a worker killed mid-task has it redelivered; the
 # tasks claim their work with conditional updates, so running twice is safe.
 CELERY_TASK_ACKS_LATE = True

@@ -132,10 +132,11 @@ def message_append(
     """Append one message; the first one writes the session row itself.
 
     A turn's first and last writes carry its claim on the session (session_turn_claim) in the
-    same statement that takes the message's seq: `claim_stale_seconds` claims a persisted
-    session with the append (free, or its claim older than that; else SessionBusy and nothing
+    same statement that takes the message's seq: `claim_stale_seconds` claims the session
+    with the append (free, or its claim older than that; else SessionBusy and nothing
     written; the token is then `session.turn_claim`), `release_token` gives the claim back
-    with it (the reply). Two statements fewer per turn than claiming and releasing apart."""
+    with it (the reply). Two statements fewer per turn than claiming and releasing apart. A
+    session's first append creates it already claimed, by the INSERT of its row."""
     now = timezone.now()
     message = Message(
         session=session,
@@ -153,8 +154,6 @@ def message_append(
     )
     claim = None
     if claim_stale_seconds is not None:
-        if not session.is_persisted:
-            raise ValueError("only a stored session is claimed for a turn")
         claim = _Claim(
             token=secrets.token_hex(16),
             stale_before=now - timedelta(seconds=claim_stale_seconds),
@@ -209,6 +208,11 @@ def _message_write(
     if not session.is_persisted:
         if role == Message.Role.USER:
             session.title = title_from(content)
+        if claim is not None:
+            # Created already claimed, in the INSERT itself: from the moment anyone can learn
+            # the id (GET /api/sessions, a chat's next message), a second turn on it waits.
+            session.turn_claim, session.turn_claimed_at = claim.token, now
+            claim = None  # taken: the seq's UPDATE below has nothing left to claim
         _session_insert(session)
     elif role == Message.Role.USER and not session.title:
         ChatSession.objects.filter(pk=session.pk, title="").update(title=title_from(content))

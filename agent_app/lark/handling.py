@@ -11,11 +11,18 @@ Lark shows a second identical reply once only. An event still processing long af
 update (two sweepers never take the same event), and answered from where it stopped: the reply
 already stored is sent again (same uuid), or the stored question is answered again without
 being stored twice, or, if nothing was stored, the event is handled from the start.
+
+Each claim (the worker's, the sweep's) sets a new token on the event, its fence: the question,
+each tool step and the reply are stored, and the reply sent, only while the event still holds
+the worker's token, checked in the same transaction as the write (and renewing claimed_at).
+A worker whose event was taken back while it was still answering (slow, not dead) stops at
+its next write with nothing written or sent, so the person gets one answer.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -29,10 +36,10 @@ from agent_app.lark.messages import mentions_bot, message_text
 from agent_app.lark.tasks import DISPATCH_WAKE, dispatch_lark_events, handle_lark_event
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from agent_app.turn import Done, Failed, TurnInputError, turn_plan, turn_start
+from agent_app.turn import Done, Failed, TurnInputError, TurnSuperseded, turn_plan, turn_start
 from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
 from sessions_app.models import ChatSession, Message
-from sessions_app.services import SessionBusy
+from sessions_app.services import SessionBusy, session_turn_release
 
 log = logging.getLogger(__name__)
 LARK = "lark"
@@ -93,11 +100,35 @@ def chat_session(*, user, chat_id: str) -> ChatSession | None:
     return None
 
 
-def _finish(event: LarkEvent, status: str, note: str = "") -> str:
-    LarkEvent.objects.filter(pk=event.pk).update(
+def _finish(event: LarkEvent, token: str, status: str, note: str = "") -> str:
+    """The event's outcome, written only by the worker still holding it (its claim's token)."""
+    LarkEvent.objects.filter(pk=event.pk, claim_token=token).update(
         status=status, note=note[:2000], processed_at=timezone.now()
     )
     return status
+
+
+TAKEN_OVER = "taken over"
+
+
+def _holds(event: LarkEvent, token: str, *, session=None, question=None) -> bool:
+    """The fence: whether this worker still holds the event (the sweep has not taken it back),
+    checked by a conditional UPDATE that renews its claim time, so a live worker is not taken
+    for a dead one; with a turn's session and question, records them too. Run inside the
+    transaction of the write it guards (the turn's), it keeps the event row locked until that
+    write commits: a sweep taking the event back meanwhile waits, then finds the claim time
+    renewed and leaves the event to this worker."""
+    fields = {"claimed_at": timezone.now()}
+    if session is not None:
+        fields["session_claim"] = session.turn_claim
+    if question is not None:
+        fields["question"] = question
+    held = LarkEvent.objects.filter(
+        pk=event.pk, status=LarkEvent.Status.PROCESSING, claim_token=token
+    ).update(**fields)
+    if not held:
+        log.warning("lark event %s: taken back while this worker answered it", event.event_id)
+    return held == 1
 
 
 # Events queued per dispatch run; a full batch queues the next run.
@@ -156,18 +187,20 @@ def lark_events_requeue() -> int:
 
 def lark_event_handle(*, event_pk: int) -> str:
     """Claim the event (only one worker ever handles it), then answer it."""
+    token = secrets.token_hex(16)
     claimed = LarkEvent.objects.filter(pk=event_pk, status=LarkEvent.Status.RECEIVED).update(
-        status=LarkEvent.Status.PROCESSING, claimed_at=timezone.now()
+        status=LarkEvent.Status.PROCESSING, claimed_at=timezone.now(), claim_token=token
     )
     if claimed != 1:
         return "already handled"
-    return _handle(LarkEvent.objects.get(pk=event_pk))
+    return _handle(LarkEvent.objects.get(pk=event_pk), token)
 
 
 def lark_events_reclaim(*, older_than_seconds: float | None = None) -> list[str]:
     """Take back the events left processing past ETHAN_LARK_RECLAIM_SECONDS (their worker died)
     and answer them; returns what became of each. Each is claimed again by a conditional update
-    on the claim time it was read with, so of two sweepers only one takes it."""
+    on the claim time it was read with, so of two sweepers only one takes it; its new token
+    fences off the worker it was taken from, should that one still be running."""
     if older_than_seconds is None:
         older_than_seconds = settings.ETHAN_LARK_RECLAIM_SECONDS
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
@@ -176,59 +209,74 @@ def lark_events_reclaim(*, older_than_seconds: float | None = None) -> list[str]
     )
     outcomes = []
     for pk, claimed_at in list(stale.values_list("pk", "claimed_at")):
+        token = secrets.token_hex(16)
         taken = LarkEvent.objects.filter(
             pk=pk, status=LarkEvent.Status.PROCESSING, claimed_at=claimed_at
-        ).update(claimed_at=timezone.now())
+        ).update(claimed_at=timezone.now(), claim_token=token)
         if taken == 1:
             event = LarkEvent.objects.get(pk=pk)
             log.warning("lark event %s: taken back from a worker that stopped", event.event_id)
-            outcomes.append(_handle(event))
+            outcomes.append(_handle(event, token))
     return outcomes
 
 
-def _handle(event: LarkEvent) -> str:
-    """Answer a claimed event; a retaken one from where its first worker stopped."""
+def _handle(event: LarkEvent, token: str) -> str:
+    """Answer an event claimed with `token`; a retaken one from where its first worker
+    stopped. A worker whose event is taken back meanwhile stops: TAKEN_OVER."""
     payload = event.payload
     if event.event_type != "im.message.receive_v1":
-        return _finish(event, LarkEvent.Status.IGNORED, f"event type {event.event_type!r}")
+        return _finish(event, token, LarkEvent.Status.IGNORED, f"event type {event.event_type!r}")
     body = payload.get("event") or {}
     sender, message = body.get("sender") or {}, body.get("message") or {}
     if sender.get("sender_type") != "user":
-        return _finish(event, LarkEvent.Status.IGNORED, "not sent by a person")
+        return _finish(event, token, LarkEvent.Status.IGNORED, "not sent by a person")
     sender_ids = sender.get("sender_id") or {}
     open_id = sender_ids.get("open_id") or sender_ids.get("union_id") or sender_ids.get("user_id")
     if not open_id or not message.get("message_id"):
-        return _finish(event, LarkEvent.Status.IGNORED, "no sender or message id")
+        return _finish(event, token, LarkEvent.Status.IGNORED, "no sender or message id")
     client = lark_client()
     try:
         bot_id = settings.LARK_BOT_OPEN_ID or (
             client.bot_open_id() if message.get("chat_type") == "group" else ""
         )
         if message.get("chat_type") == "group" and not mentions_bot(message, bot_id):
-            return _finish(event, LarkEvent.Status.IGNORED, "a group message not for the bot")
+            return _finish(
+                event, token, LarkEvent.Status.IGNORED, "a group message not for the bot"
+            )
         text = message_text(message, bot_id)
         if text is None or not text:
             reply = ONLY_TEXT
         else:
             reply = _answer(
                 event=event,
+                token=token,
                 user=identity_user(open_id),
                 chat_id=message.get("chat_id", open_id),
                 text=text,
             )
         if reply is None:
-            return _finish(event, LarkEvent.Status.DONE, "a newer message was answered instead")
+            return _finish(
+                event, token, LarkEvent.Status.DONE, "a newer message was answered instead"
+            )
+        # Sent only by the holder, and its claim renewed first: the sweep can take the event
+        # back during the send only if the send outlasts ETHAN_LARK_RECLAIM_SECONDS, and then
+        # Lark's idempotency uuid (the event id) still shows one reply.
+        if not _holds(event, token):
+            return TAKEN_OVER
         client.reply(message_id=message["message_id"], text=reply, idempotency_key=event.event_id)
+    except TurnSuperseded:
+        return TAKEN_OVER
     except LarkError as exc:
         log.error("lark event %s: the reply failed: %s", event.event_id, exc)
-        return _finish(event, LarkEvent.Status.FAILED, str(exc))
-    return _finish(event, LarkEvent.Status.DONE)
+        return _finish(event, token, LarkEvent.Status.FAILED, str(exc))
+    return _finish(event, token, LarkEvent.Status.DONE)
 
 
-def _answer(*, event: LarkEvent, user, chat_id: str, text: str) -> str | None:
+def _answer(*, event: LarkEvent, token: str, user, chat_id: str, text: str) -> str | None:
     """The reply to the event's text. For a retaken event whose question is stored: the reply
     stored after it, or the question answered again; None when the person has written since
-    (their newer message is what gets answered)."""
+    (their newer message is what gets answered). TurnSuperseded when the event is taken back
+    before the reply is stored."""
     again = False
     if event.question_id is not None:
         question = Message.objects.select_related("session").get(pk=event.question_id)
@@ -244,11 +292,22 @@ def _answer(*, event: LarkEvent, user, chat_id: str, text: str) -> str | None:
         if latest != question.pk:
             return None
         session, again, text = question.session, True, question.content
+        if event.session_claim and session.turn_claim == event.session_claim:
+            # The turn this event was taken from holds the session; its fence lets it write
+            # nothing more, so its claim is given back for the turn that answers instead.
+            session_turn_release(session=session, token=event.session_claim)
     else:
         session = chat_session(user=user, chat_id=chat_id)
     try:
         plan = turn_plan(
-            owner=user, session=session, text=text, channel=ChatSession.Channel.LARK, again=again
+            owner=user,
+            session=session,
+            text=text,
+            channel=ChatSession.Channel.LARK,
+            again=again,
+            fence=lambda turn_session, question: _holds(
+                event, token, session=turn_session, question=question
+            ),
         )
         turn = turn_start(plan)
     except TurnInputError as exc:
@@ -258,10 +317,8 @@ def _answer(*, event: LarkEvent, user, chat_id: str, text: str) -> str | None:
         # stored, so the person sends it again (the chat keeps its session).
         log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
         return SESSION_BUSY
-    if turn.question is not None:
-        # Recorded before the model is called: if this worker dies now, the sweep finds the
-        # question stored and never stores it twice.
-        LarkEvent.objects.filter(pk=event.pk).update(question=turn.question)
+    # The question is recorded on the event by the fence, in the transaction that stored it:
+    # if this worker dies now, the sweep finds it stored and never stores it twice.
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
         session=turn.session, updated_at=timezone.now()
     )

@@ -256,6 +256,74 @@ def test_two_sweepers_never_take_the_same_event(lark):
     assert lark.replies == []
 
 
+@pytest.mark.parametrize(
+    ("text", "roles"),
+    [
+        # Its next write is the reply.
+        ("what should I read next?", ["user", "assistant"]),
+        # Its next write is a tool step (the offline model saves the preference first).
+        ("记住我喜欢喝美式咖啡", ["user", "assistant", "tool", "assistant"]),
+    ],
+)
+def test_a_worker_whose_event_is_taken_back_mid_turn_stores_and_sends_nothing(
+    lark, monkeypatch, text, roles
+):
+    """The sweep takes an event back while its first worker is still answering (a reclaim time
+    shorter than the turn): the sweep's turn answers, and the first worker, at its next write,
+    finds its claim gone and stops: one stored answer, one reply sent."""
+    import llm
+    from agent_app.lark.handling import lark_event_handle, lark_events_reclaim
+
+    real = llm.stream
+    sweeps = []
+
+    def stream(**kwargs):
+        if not sweeps:  # the first worker's model is thinking: the sweep runs now
+            sweeps.append("running")  # (its own turn comes through here too)
+            sweeps[0] = lark_events_reclaim(older_than_seconds=0)
+        yield from real(**kwargs)
+
+    monkeypatch.setattr(llm, "stream", stream)
+    event = _waiting("ev-slow", text)
+    assert lark_event_handle(event_pk=event.pk) == "taken over"
+    assert sweeps == [["done"]]
+    sent = [r for r in lark.requests if r.path == "/open-apis/im/v1/messages/om_ev-slow/reply"]
+    assert len(sent) == 1 and len(lark.replies) == 1
+    session = ChatSession.objects.get()
+    assert list(session.messages.order_by("seq").values_list("role", flat=True)) == roles
+    reply = session.messages.order_by("seq").last().content
+    assert json.loads(lark.replies[0]["content"]) == {"text": reply}
+    event.refresh_from_db()
+    assert (event.status, event.question.content) == ("done", text)
+    assert ChatSession.objects.values_list("turn_claim", flat=True).get() == ""
+
+
+def test_a_worker_whose_event_is_taken_back_before_it_sends_stays_silent(lark, monkeypatch):
+    """Taken back after the first worker stored its reply, right before it sent it: the sweep
+    sends the stored reply (with the event's uuid), the first worker sends nothing."""
+    from agent_app.lark import handling
+
+    real_holds = handling._holds
+    sweeps = []
+
+    def holds(event, token, **turn):
+        if not turn and not sweeps:  # the first worker's fence before its send
+            sweeps.append(token)
+            sweeps.append(handling.lark_events_reclaim(older_than_seconds=0))
+        return real_holds(event, token, **turn)
+
+    monkeypatch.setattr(handling, "_holds", holds)
+    event = _waiting("ev-late", "hello there")
+    assert handling.lark_event_handle(event_pk=event.pk) == "taken over"
+    assert sweeps[1] == ["done"]
+    sent = [r for r in lark.requests if r.path == "/open-apis/im/v1/messages/om_ev-late/reply"]
+    assert len(sent) == 1
+    session = ChatSession.objects.get()
+    assert list(session.messages.values_list("role", flat=True)) == ["user", "assistant"]
+    reply = session.messages.get(role="assistant").content
+    assert json.loads(lark.replies[0]["content"]) == {"text": reply}
+
+
 # --- the dispatcher: the webhook only stores and wakes it -------------------------------------
 
 

@@ -78,9 +78,63 @@ def test_a_busy_session_refuses_the_turn_and_writes_nothing(
     assert ChatSession.objects.values().get(pk=session.pk) == before  # claim still theirs
 
 
-def test_a_new_session_needs_no_claim(owner, llm_config, no_wait):
-    result = turn_run(owner=owner, session=None, text="hello there", model="offline")
-    assert claim_of(result.session) == ""
+def test_a_new_sessions_first_turn_holds_it_against_a_second_turn(
+    owner, llm_config, monkeypatch, no_wait
+):
+    """The new id is seen (GET /api/sessions lists it) while its first turn is answered: a
+    second turn sent to it is refused with nothing written, not interleaved."""
+    real = llm.stream
+    seen = []
+
+    def stream(**kwargs):
+        if not seen:
+            [new] = ChatSession.objects.all()
+            seen.append(claim_of(new))
+            with pytest.raises(SessionBusy):
+                turn_run(owner=owner, session=new, text="second", model="offline")
+        yield from real(**kwargs)
+
+    monkeypatch.setattr(llm, "stream", stream)
+    result = turn_run(owner=owner, session=None, text="first", model="offline")
+    assert len(seen[0]) == 32  # claimed from the moment the session row exists
+    assert list(result.session.messages.order_by("seq").values_list("role", "content")) == [
+        ("user", "first"),
+        ("assistant", "(offline mode) Noted: first"),
+    ]
+    assert claim_of(result.session) == ""  # given back with the reply
+    again = turn_run(owner=owner, session=result.session, text="second", model="offline")
+    assert again.reply == "(offline mode) Noted: second"
+
+
+def test_a_new_session_with_a_history_is_claimed_by_its_insert(
+    owner, llm_config, monkeypatch, no_wait
+):
+    from agent_app.turn import turn_plan, turn_start
+
+    plan = turn_plan(
+        owner=owner,
+        session=None,
+        text="and now?",
+        model="offline",
+        history=(("user", "earlier"), ("assistant", "noted")),
+    )
+    stream = turn_start(plan)
+    assert len(stream.token) == 32 and claim_of(stream.session) == stream.token
+    with pytest.raises(SessionBusy):
+        turn_run(
+            owner=owner,
+            session=ChatSession.objects.get(pk=stream.session.pk),
+            text="meanwhile",
+            model="offline",
+        )
+    stream.finish()
+    assert claim_of(stream.session) == ""
+    assert list(stream.session.messages.values_list("role", flat=True)) == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
 
 
 def test_api_answers_409_and_stores_nothing(api_for, owner, make_session, llm_config, no_wait):
@@ -115,6 +169,33 @@ def test_console_says_so_in_one_line(owner, make_session, llm_config, no_wait):
         "saved: send it again"
     ) in out.getvalue().splitlines()
     assert session.messages.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lark_a_second_message_while_a_new_chats_first_is_answered(
+    client, lark, no_wait, monkeypatch
+):
+    """A person's second message a second after their first, in a new chat: the first turn
+    holds the chat's new session, so the second is refused (the person is asked to send it
+    again) and the session stays one question, one reply."""
+    real = llm.stream
+    seconds = []
+
+    def stream(**kwargs):
+        if not seconds:
+            seconds.append(deliver(client, message_event("ev-second", "第二句")))
+        yield from real(**kwargs)
+
+    monkeypatch.setattr(llm, "stream", stream)
+    deliver(client, message_event("ev-first", "第一句"))
+    replies = {reply["uuid"]: json.loads(reply["content"])["text"] for reply in lark.replies}
+    assert replies["ev-second"] == SESSION_BUSY
+    session = ChatSession.objects.get()
+    assert list(session.messages.order_by("seq").values_list("role", "content")) == [
+        ("user", "第一句"),
+        ("assistant", replies["ev-first"]),
+    ]
+    assert claim_of(session) == ""
 
 
 @pytest.mark.django_db(transaction=True)

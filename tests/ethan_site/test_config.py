@@ -168,6 +168,20 @@ def test_broken_config_is_one_line_from_every_entry_point(tmp_path):
         )
 
 
+def test_a_lark_reclaim_time_not_above_the_task_hard_limit_is_refused(tmp_path):
+    """The sweep would take back events whose worker is still answering them."""
+    write_config(tmp_path, "ethan_task_time_limit: 900\n")
+    for result in (
+        run_manage(["check"], tmp_path, ETHAN_LARK_RECLAIM_SECONDS="900"),
+        run_ethan(["session", "list"], tmp_path),
+    ):
+        assert result.returncode == 1
+        error = result.stderr.splitlines()[-1]  # one line, naming both settings
+        assert error.startswith("ethan: configuration error: ETHAN_LARK_RECLAIM_SECONDS from ")
+        assert f"ETHAN_TASK_TIME_LIMIT from {tmp_path / 'config.yaml'}, line 1" in error
+    assert run_manage(["check"], tmp_path, ETHAN_LARK_RECLAIM_SECONDS="901").returncode == 0
+
+
 def test_the_v1_limits_are_read_like_every_setting_and_checked_at_start(tmp_path):
     show = (
         "from django.conf import settings; "

@@ -12,6 +12,7 @@ from django.db import connection
 
 import llm
 from sessions_app.models import ChatSession, Message
+from tests.services.conftest import all_at_once, wait_for
 
 CLIENTS = 20
 
@@ -126,3 +127,39 @@ def test_a_turn_that_cannot_get_the_session_in_time_is_409_and_writes_nothing(
         ("user", asked),
         ("assistant", noted(asked)),
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_turn_on_a_new_sessions_id_waits_for_its_first(
+    services_ready, owner, api_for, llm_config, slow_model
+):
+    """A client sees a new session's id (GET /api/sessions) while its first turn is still
+    answered, and sends a turn to it: the new session was created claimed, so that turn waits
+    for the first reply instead of slipping its question in before it."""
+    slow_model["delay"] = 1.0
+    first_client, second_client = api_for(owner), api_for(owner)
+
+    def ask_first():
+        body = {"message": "the first question", "model": "offline"}
+        return first_client.post("/api/chat", body, format="json")
+
+    def ask_second():
+        assert wait_for(lambda: second_client.get("/api/sessions").json()["count"] == 1)
+        [listed] = second_client.get("/api/sessions").json()["results"]
+        body = {"message": "the second question", "session_id": listed["id"], "model": "offline"}
+        return second_client.post("/api/chat", body, format="json")
+
+    turns = iter([ask_first, ask_second])
+    answers = all_at_once(lambda: next(turns)(), 2)
+
+    assert [response.status_code for response in answers] == [200, 200]
+    session = ChatSession.objects.get()
+    assert list(
+        Message.objects.filter(session=session).order_by("seq").values_list("role", "content")
+    ) == [
+        ("user", "the first question"),
+        ("assistant", noted("the first question")),
+        ("user", "the second question"),
+        ("assistant", noted("the second question")),
+    ]
+    assert (session.turn_claim, session.turn_claimed_at) == ("", None)
