@@ -39,7 +39,7 @@ from ethan_site.limits import UnstorableText, storable_text
 from ethan_site.queue import enqueue
 from llm.types import ToolCall
 from memory_app import services as memory_services
-from memory_app.tasks import consolidate_session
+from memory_app.tasks import consolidation_run_task
 from memory_app.working import consolidation_due, context_assemble, context_parts
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
@@ -470,7 +470,7 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
         # (embedded mode); and the session is given back for the next turn (by the reply's
         # own append when there is one: then _release has nothing left to do).
         if progress.consolidation_due:
-            enqueue(consolidate_session, session.pk)
+            enqueue(consolidation_run_task, session.pk)
         _release(session, token)
         released = True
         yield last
