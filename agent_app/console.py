@@ -10,6 +10,9 @@ what was shown is kept as the reply, marked interrupted, and the console goes on
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +34,6 @@ from agent_app.turn import (
     turn_plan,
     turn_start,
 )
-from ethan_site.cli import command_line
 from ethan_site.private import private_file
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
@@ -346,6 +348,44 @@ class Console:
                 again += ["--user", self.owner.get_username()]  # started with --user
             resume = command_line(again)
             self.say(f"Saved as {self.session.id}. Resume with: {resume}")
+
+
+def command_line(args: list[str]) -> str:
+    """The command that runs `ethan ARGS` here, for a hint such as "Resume with: …".
+
+    `ethan` when the `ethan` found on PATH is this very script. Otherwise the console was
+    started another way: by `make chat` (make sets MAKELEVEL, and its folder is the project's),
+    so `make chat ARGS="…"`, the way the person started it; else by the script's own path (a
+    venv that is not on PATH), so that absolute path, which works from any folder.
+    """
+    script = _this_script()
+    on_path = shutil.which("ethan")
+    if script is None or (on_path and _same_file(on_path, script)):
+        return shlex.join(["ethan", *args])
+    project = Path(__file__).resolve().parent.parent  # where `make chat` runs
+    if os.environ.get("MAKELEVEL") and Path.cwd().resolve() == project:
+        # `make -C DIR chat` runs here while the shell stays where it was (its $PWD).
+        shell_dir = os.environ.get("PWD", "")
+        folder = [] if shell_dir and _same_file(shell_dir, project) else ["-C", str(project)]
+        return shlex.join(["make", *folder, "chat"]) + f' ARGS="{shlex.join(args)}"'
+    return shlex.join([str(script), *args])
+
+
+def _this_script() -> Path | None:
+    """The `ethan` script that started this process, or the one beside its interpreter (for
+    `python -m ethan_site.cli` and `manage.py`); None if there is none."""
+    started = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    for candidate in (started, Path(sys.executable).parent / "ethan"):
+        if candidate is not None and candidate.name == "ethan" and candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def first_line(text: str) -> str:
