@@ -106,9 +106,7 @@ def test_a_new_sessions_first_turn_holds_it_against_a_second_turn(
     assert again.reply == "(offline mode) Noted: second"
 
 
-def test_a_new_session_with_a_history_is_claimed_by_its_insert(
-    owner, llm_config, monkeypatch, no_wait
-):
+def test_a_new_session_with_a_history_is_claimed_by_its_insert(owner, llm_config, no_wait):
     from agent_app.turn import turn_plan, turn_start
 
     plan = turn_plan(
