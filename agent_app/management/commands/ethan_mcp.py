@@ -11,8 +11,9 @@ from sessions_app.services import local_user_get_or_create
 class Command(BaseCommand):
     help = (
         "Serve the person's memory to MCP hosts: over stdio for a host that starts it "
-        "(ethan mcp --user NAME), or over streamable HTTP at /mcp for remote hosts, each "
-        "request authenticated by its Bearer token (ethan mcp --http). docs/mcp.md."
+        "(ethan mcp: yours, the console's person; --user NAME: another's), or over "
+        "streamable HTTP at /mcp for remote hosts, each request authenticated by its Bearer "
+        "token (ethan mcp --http). docs/mcp.md."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
