@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from django.conf import settings
@@ -25,12 +25,27 @@ from memory_app import selectors
 from memory_app.models import Fact, FactEvent, MemoryReview, Procedure
 from memory_app.normalize import content_key, normalize
 from sessions_app.models import ChatSession, Message
-from sessions_app.search import search_tokens, with_context
+from sessions_app.search import (
+    ReindexStep,
+    rows_reindex_batches,
+    search_tokens,
+    with_context,
+)
 
 
 def fact_search_tokens(content: str, message: Message | None) -> str:
     """A fact is found by its words and by those of the turn it was learnt from."""
     return with_context(search_tokens(content), message.content if message else "")
+
+
+def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:
+    """Every fact's search tokens rewritten with the current tokenizer (ethan_reindex)."""
+    rows = Fact.objects.select_related("message").only(
+        "id", "content", "search_tokens", "message__content"
+    )
+    return rows_reindex_batches(
+        rows, lambda fact: fact_search_tokens(fact.content, fact.message), batch=batch
+    )
 
 
 def _within(field: str, what: str, text: str, limit: int) -> None:
@@ -380,6 +395,19 @@ def facts_evict_over_capacity(
     for fact in victims:
         fact_set_status(fact=fact, status=Fact.Status.EVICTED, actor=actor)
     return len(victims)
+
+
+def facts_evict_sweep(*, actor: str = "evict_sweep") -> int:
+    """Everyone over their fact capacity (a lowered setting, an import) brought back under it;
+    returns how many facts were evicted."""
+    from django.db.models import Count, Q
+
+    over = (
+        get_user_model()
+        .objects.annotate(active=Count("facts", filter=Q(facts__status=Fact.Status.ACTIVE)))
+        .filter(active__gt=settings.ETHAN_FACT_CAPACITY)
+    )
+    return sum(facts_evict_over_capacity(owner=owner, actor=actor) for owner in over)
 
 
 @transaction.atomic
