@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
-from agent_app.lark.tasks import DISPATCH_WAKE, dispatch_lark_events, handle_lark_event
+from agent_app.lark.tasks import DISPATCH_WAKE, lark_event_handle_task, lark_events_dispatch_task
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from agent_app.turn import Done, Failed, TurnInputError, TurnSuperseded, turn_plan, turn_start
@@ -154,10 +154,10 @@ def lark_events_dispatch() -> int:
     queued = 0
     for pk in waiting:
         if LarkEvent.objects.filter(pk=pk, queued_at=None).update(queued_at=timezone.now()):
-            enqueue(handle_lark_event, pk)
+            enqueue(lark_event_handle_task, pk)
             queued += 1
     if len(waiting) == DISPATCH_BATCH:
-        enqueue(dispatch_lark_events)
+        enqueue(lark_events_dispatch_task)
     return queued
 
 

@@ -8,7 +8,7 @@ DISPATCH_WAKE = "lark-dispatch"
 
 
 @ethan_task(name="channels.lark_event")
-def handle_lark_event(event_pk: int) -> str:
+def lark_event_handle_task(event_pk: int) -> str:
     """Answer one Lark event (claimed once: a redelivered task finds it handled)."""
     # Imported here: the webhook imports this module, and the handling imports the turn.
     from agent_app.lark.handling import lark_event_handle
@@ -17,7 +17,7 @@ def handle_lark_event(event_pk: int) -> str:
 
 
 @ethan_task(name="channels.lark_dispatch")
-def dispatch_lark_events() -> int:
+def lark_events_dispatch_task() -> int:
     """Queue the stored events that have no task yet (woken by the webhook, once per burst)."""
     from agent_app.lark.handling import lark_events_dispatch
 
@@ -25,7 +25,7 @@ def dispatch_lark_events() -> int:
 
 
 @ethan_task(name="channels.lark_reclaim")
-def reclaim_lark_events() -> int:
+def lark_events_reclaim_task() -> int:
     """Periodic (ethan_site.schedule): events whose worker died mid-answer are answered, and
     those whose wake-up or task was lost are queued again."""
     from agent_app.lark.handling import lark_events_reclaim, lark_events_requeue

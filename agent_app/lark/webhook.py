@@ -34,7 +34,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from agent_app.lark.crypto import LarkCryptoError, decrypt, signature_valid
-from agent_app.lark.tasks import DISPATCH_WAKE, dispatch_lark_events
+from agent_app.lark.tasks import DISPATCH_WAKE, lark_events_dispatch_task
 from agent_app.models import LarkEvent
 from ethan_site.queue import enqueue_coalesced
 
@@ -191,7 +191,7 @@ def lark_webhook(request: HttpRequest) -> JsonResponse:
                 message_id=_message_id(body),
                 payload=body,
             )
-            enqueue_coalesced(dispatch_lark_events, key=DISPATCH_WAKE)
+            enqueue_coalesced(lark_events_dispatch_task, key=DISPATCH_WAKE)
     except IntegrityError:
         log.info("lark event %s (or its message) delivered again: not processed", event_id)
     return JsonResponse(SUCCESS)

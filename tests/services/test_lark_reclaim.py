@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from agent_app.lark.handling import lark_events_reclaim
-from agent_app.lark.tasks import handle_lark_event
+from agent_app.lark.tasks import lark_event_handle_task
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply
@@ -77,7 +77,7 @@ def answering(workers, name: str, *, model: FakeOpenAI, lark: FakeLark) -> Answe
         payload=message_event(f"ev-{name}", QUESTION),
     )
     worker = workers.start(name, **env)
-    handle_lark_event.delay(event.pk)
+    lark_event_handle_task.delay(event.pk)
     assert wait_for(lambda: len(model.requests) == 1, timeout=60), worker.log_path.read_text()[
         -3000:
     ]
