@@ -37,7 +37,7 @@ migrate: install
 # migrates that database itself, saying only "Preparing the database…" while it does (a shared
 # PostgreSQL is its operator's: `make migrate`).
 chat: install
-	@$(VENV)/bin/ethan $(ARGS)
+	@ETHAN_STARTED_BY=make $(VENV)/bin/ethan $(ARGS)
 
 # The whole suite on SQLite with no broker and no network (the tests that need PostgreSQL,
 # Redis, a worker or Chromium are deselected: they run in test-services).

@@ -354,16 +354,17 @@ def command_line(args: list[str]) -> str:
     """The command that runs `ethan ARGS` here, for a hint such as "Resume with: …".
 
     `ethan` when the `ethan` found on PATH is this very script. Otherwise the console was
-    started another way: by `make chat` (make sets MAKELEVEL, and its folder is the project's),
-    so `make chat ARGS="…"`, the way the person started it; else by the script's own path (a
-    venv that is not on PATH), so that absolute path, which works from any folder.
+    started another way: by `make chat` (its recipe sets ETHAN_STARTED_BY=make, and its folder
+    is the project's), so `make chat ARGS="…"`, the way the person started it; else by the
+    script's own path (a venv that is not on PATH), so that absolute path, which works from any
+    folder. (Not make's own MAKELEVEL: every process under any make has it, a test run too.)
     """
     script = _this_script()
     on_path = shutil.which("ethan")
     if script is None or (on_path and _same_file(on_path, script)):
         return shlex.join(["ethan", *args])
     project = Path(__file__).resolve().parent.parent  # where `make chat` runs
-    if os.environ.get("MAKELEVEL") and Path.cwd().resolve() == project:
+    if os.environ.get("ETHAN_STARTED_BY") == "make" and Path.cwd().resolve() == project:
         # `make -C DIR chat` runs here while the shell stays where it was (its $PWD).
         shell_dir = os.environ.get("PWD", "")
         folder = [] if shell_dir and _same_file(shell_dir, project) else ["-C", str(project)]

@@ -66,9 +66,6 @@ NO_VENV_PATH = os.pathsep.join(
 def at_the_shell(command: list[str], home: Path, stdin: str, cwd: Path = ROOT, **env: str):
     """Run a command as typed at a shell whose person is "ada" (ETHAN_USER), on `home`."""
     environment = clean_env(home, ETHAN_USER="ada", **env)
-    for name in ("MAKELEVEL", "MAKEFLAGS"):  # `make test` runs the suite: not a `make chat`
-        if name not in env:
-            environment.pop(name, None)
     return subprocess.run(
         command, input=stdin, capture_output=True, text=True, cwd=cwd, env=environment, timeout=60
     )
@@ -101,18 +98,23 @@ def test_the_resume_hint_is_a_command_that_works_here(tmp_path):
 
 
 def test_the_resume_hint_after_make_chat_is_make_chat(tmp_path):
-    make = {"PATH": NO_VENV_PATH, "MAKELEVEL": "1"}
+    make = {"PATH": NO_VENV_PATH, "ETHAN_STARTED_BY": "make"}
     hint = resume_hint(tmp_path, PWD=str(ROOT), **make)
     session_id = hint.split('"-r ', 1)[1].rstrip('"')
     assert hint == f'make chat ARGS="-r {session_id}"'
     # make would run the console with those words (-n: say it, do not run it).
+    # Outside the make running this suite (its MAKELEVEL would add "Entering directory").
+    outside = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     planned = subprocess.run(
         [*shlex.split(hint.replace("make", "make -n", 1))],
         capture_output=True,
         text=True,
         cwd=ROOT,
+        env=outside,
     )
-    assert planned.stdout.splitlines()[-1] == f".venv/bin/ethan -r {session_id}"
+    assert (
+        planned.stdout.splitlines()[-1] == f"ETHAN_STARTED_BY=make .venv/bin/ethan -r {session_id}"
+    )
     # `make -C ~/ethan chat` from another folder: the hint says which folder.
     hint = resume_hint(tmp_path, PWD=str(tmp_path), **make)
     assert hint == f'make -C {ROOT} chat ARGS="-r {hint.split(chr(34) + "-r ", 1)[1]}'
