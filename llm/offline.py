@@ -430,11 +430,9 @@ def _confirmation(calls: tuple[ToolCall, ...], results: dict[str, str], zh: bool
                 else f"Sorry, I could not save that ({call.name})."
             )
         elif call.name == "memory_write":
-            lines.append(
-                f"好的，我记住了：{args.get('content', '')}"
-                if zh
-                else f"Got it, I'll remember: {args.get('content', '')}"
-            )
+            # Said to the person, as they would say it back: "you like…", not "User: …".
+            said = told_to_user(str(args.get("content", "")))
+            lines.append(f"好的，我记住了：{said}" if zh else f"Got it, I'll remember: {said}")
         elif call.name == "procedure_write":
             lines.append(
                 f"好的，以后我会照做：{args.get('rule', '')}"

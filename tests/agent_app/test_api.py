@@ -17,7 +17,7 @@ def test_chat_starts_and_continues_a_session(api_for, owner, llm_config):
     body = first.json()
     assert set(body) == {"session_id", "reply", "path", "model", "usage"}
     assert (body["reply"], body["path"], body["model"]) == (
-        "好的，我记住了：用户喜欢喝美式咖啡",
+        "好的，我记住了：你喜欢喝美式咖啡",
         "full",
         "offline",
     )

@@ -79,7 +79,7 @@ def test_resume_by_tail_last_and_in_console(owner, make_session, llm_config):
 
 def test_memory_instruction_runs_the_tool_and_stores_every_step(owner, llm_config):
     out = chat("--user", "ada", stdin="记住我喜欢喝美式咖啡\n")
-    assert "好的，我记住了：用户喜欢喝美式咖啡" in out
+    assert "好的，我记住了：你喜欢喝美式咖啡" in out
     fact = Fact.objects.get()
     assert (fact.owner, fact.content, fact.category, fact.confidence, fact.source) == (
         owner,

@@ -36,7 +36,7 @@ def test_a_p2p_message_is_answered_in_the_background(client, lark):
     # The response was sent first; the task ran when Django closed it (embedded mode).
     [reply] = lark.replies
     assert reply["message_id"] == "om_ev1" and reply["uuid"] == "ev1"
-    assert json.loads(reply["content"]) == {"text": "好的，我记住了：用户喜欢喝美式咖啡"}
+    assert json.loads(reply["content"]) == {"text": "好的，我记住了：你喜欢喝美式咖啡"}
     identity = ChannelIdentity.objects.get(channel="lark", external_id="ou_ada")
     session = ChatSession.objects.get()
     assert (session.owner, session.channel) == (identity.user, "lark")

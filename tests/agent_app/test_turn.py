@@ -237,7 +237,7 @@ def test_hot_zone_leaves_out_tool_traffic(owner, llm_config):
     context = context_of(session=result.session)
     assert [(m.role, m.content) for m in context] == [
         ("user", "记住我喜欢喝美式咖啡"),
-        ("assistant", "好的，我记住了：用户喜欢喝美式咖啡"),
+        ("assistant", "好的，我记住了：你喜欢喝美式咖啡"),
         ("user", "再说一次"),
     ]
 

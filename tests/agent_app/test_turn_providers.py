@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 USER = "记住我喜欢喝美式咖啡"
 FACT = {"content": "用户喜欢喝美式咖啡", "category": "preference"}
-REPLY = "好的，我记住了：用户喜欢喝美式咖啡"
+REPLY = "好的，我记住了：你喜欢喝美式咖啡"
 
 
 def stored(session) -> list[tuple]:

@@ -189,7 +189,16 @@ def test_after_tool_results_it_confirms_in_the_users_language():
         Message.tool(first.tool_calls[0].id, "ok", name="memory_write"),
     ]
     reply = llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
-    assert (reply.text, reply.tool_calls) == ("好的，我记住了：用户喜欢喝美式咖啡", ())
+    assert (reply.text, reply.tool_calls) == ("好的，我记住了：你喜欢喝美式咖啡", ())
+
+    first = say("Remember that my favourite coffee is a flat white")
+    history = [
+        Message.user("Remember that my favourite coffee is a flat white"),
+        first.as_message(),
+        Message.tool(first.tool_calls[0].id, "ok", name="memory_write"),
+    ]
+    reply = llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
+    assert reply.text == "Got it, I'll remember: your favourite coffee is a flat white"
 
     first = say("From now on, answer in Chinese.")
     history = [

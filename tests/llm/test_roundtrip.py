@@ -72,7 +72,7 @@ def test_one_conversation_round_trips_identically(fakes):
     assert offline_store == [
         {"tool": "memory_write", "content": "用户喜欢喝美式咖啡", "category": "preference"}
     ]
-    assert offline_text == "好的，我记住了：用户喜欢喝美式咖啡"
+    assert offline_text == "好的，我记住了：你喜欢喝美式咖啡"
 
     results = {}
     for name, case in fakes.items():
