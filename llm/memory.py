@@ -1,5 +1,6 @@
 """Memory work: summarising rounds (warm zone), extracting facts from them (cold zone) and
-folding summaries into the rolling summary.
+folding summaries into the rolling summary; `consolidate` does the first two in one call (a
+compress batch, a session's end), the way the consolidator asks.
 
 Each step is a method of a MemoryModel, chosen by the compression model's provider through the
 registry (llm.registry): a language model is asked (PromptedMemory: the prompts below, JSON with
@@ -99,6 +100,38 @@ EXTRACT_SCHEMA: dict[str, Any] = {
 }
 
 
+CONSOLIDATE_SYSTEM = (
+    "You do two things with a conversation between a user and an assistant. First, summary: "
+    "compress it into a short summary for the assistant's working memory, keeping decisions, "
+    "facts about the user, open questions and commitments, dropping greetings and filler, at "
+    "most 120 words (or 200 Chinese characters). Second, facts: extract long-term memories "
+    "about the user. A fact is one short, self-contained statement about the user, in the "
+    "third person (who they are, what they prefer, what they decided, a correction of "
+    "something said before). Do not invent anything; skip small talk. category is one of: "
+    "preference, decision, knowledge, correction. importance is 0.8 for an ordinary fact, 0.9 "
+    "to 0.95 when the user used a strong signal (记住, 纠正, 偏好, 'remember', 'correct that', "
+    "'I prefer'). Write the summary and every fact in the language of the conversation: "
+    "Chinese for a Chinese conversation. The turns are numbered [1], [2], …: give each fact's "
+    "turns, the numbers of the turns it comes from."
+)
+
+# Said to the model when the first turns it is shown were extracted before (they are there for
+# the summary and as context): facts come from turn {first} onwards only.
+EXTRACT_FROM_ADDENDUM = (
+    " Turns [1] to [{last_seen}] were already read for facts: take facts only from turn "
+    "[{first}] onwards (the earlier turns are context)."
+)
+
+CONSOLIDATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        **EXTRACT_SCHEMA["properties"],
+    },
+    "required": ["summary", "facts"],
+}
+
+
 @dataclass(frozen=True)
 class Turn:
     """One thing said in the rounds, as memory work reads it."""
@@ -129,6 +162,15 @@ class Extraction:
     judged: bool = True
 
 
+@dataclass(frozen=True)
+class Consolidation:
+    """What one consolidating call gives: the summary of every turn it was shown, and the facts
+    (and feelings) of the turns from its `extract_from` on."""
+
+    summary: str
+    extraction: Extraction
+
+
 class MemoryModel(Protocol):
     """The memory work of one compression model."""
 
@@ -143,6 +185,14 @@ class MemoryModel(Protocol):
 
     def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
         """One rolling summary from the earlier one (maybe empty) and newer summaries."""
+        ...
+
+    def consolidate(
+        self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool, extract_from: int
+    ) -> Consolidation:
+        """summarize and extract in one call: the summary of all the turns, the facts of turns
+        extract_from.. only (the earlier ones were extracted before); each fact's turns are
+        numbers among all the turns, as extract gives them."""
         ...
 
 
@@ -216,19 +266,54 @@ class PromptedMemory:
         return completion.text.strip()
 
     def extract(self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool) -> Extraction:
-        system = EXTRACT_SYSTEM + (PSYCH_ADDENDUM if psych else "")
-        if known:
-            system += KNOWN_FACTS_ADDENDUM + "\n".join(
-                f"{n}. {text}" for n, text in enumerate(known, start=1)
-            )
         data = complete_json(
             model=self.model,
-            system=system,
+            system=self._system(EXTRACT_SYSTEM, known=known, psych=psych),
             prompt=render_transcript(turns, numbered=True),
             schema=EXTRACT_SCHEMA,
             label="extract_psych" if psych else "extract",
             max_tokens=self.extract_max_tokens,
         )
+        return self._extraction(data, count=len(turns), known=known, psych=psych)
+
+    def consolidate(
+        self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool, extract_from: int
+    ) -> Consolidation:
+        system = CONSOLIDATE_SYSTEM
+        if extract_from > 1:
+            system += EXTRACT_FROM_ADDENDUM.format(last_seen=extract_from - 1, first=extract_from)
+        data = complete_json(
+            model=self.model,
+            system=self._system(system, known=known, psych=psych),
+            prompt=render_transcript(turns, numbered=True),
+            schema=CONSOLIDATE_SCHEMA,
+            label="consolidate_psych" if psych else "consolidate",
+            max_tokens=self.summary_max_tokens + self.extract_max_tokens,
+        )
+        extraction = self._extraction(data, count=len(turns), known=known, psych=psych)
+        # A fact that names only turns read before was extracted then: not stored twice.
+        kept = tuple(
+            fact for fact in extraction.facts if not fact.turns or max(fact.turns) >= extract_from
+        )
+        return Consolidation(
+            summary=data["summary"].strip(),
+            extraction=Extraction(facts=kept, psych=extraction.psych, judged=True),
+        )
+
+    @staticmethod
+    def _system(system: str, *, known: Sequence[str], psych: bool) -> str:
+        system += PSYCH_ADDENDUM if psych else ""
+        if known:
+            system += KNOWN_FACTS_ADDENDUM + "\n".join(
+                f"{n}. {text}" for n, text in enumerate(known, start=1)
+            )
+        return system
+
+    def _extraction(
+        self, data: dict[str, Any], *, count: int, known: Sequence[str], psych: bool
+    ) -> Extraction:
+        """The validated JSON answer as an Extraction: targets outside the list and turn
+        numbers outside the transcript dropped."""
         facts = []
         for item in data["facts"]:
             target = item.get("target")
@@ -245,9 +330,7 @@ class PromptedMemory:
                         importance=float(item["importance"]),
                         action=action,
                         target=target,
-                        turns=valid_turns(
-                            item.get("turns") or (), count=len(turns), model=self.model
-                        ),
+                        turns=valid_turns(item.get("turns") or (), count=count, model=self.model),
                     )
                 )
         psych_items = (
@@ -296,3 +379,20 @@ def extract(
 def fold(*, model: str, rolling: str, summaries: Sequence[str]) -> str:
     """One rolling summary from the earlier one and the newer warm summaries."""
     return memory_model(model).fold(rolling=rolling, summaries=tuple(summaries))
+
+
+def consolidate(
+    *,
+    model: str,
+    rounds: Sequence[Message],
+    psych: bool = False,
+    known: Sequence[str] = (),
+    extract_from: int = 1,
+) -> Consolidation:
+    """summarize and extract in one call to the compression model: the summary of the rounds,
+    and the facts (and, when `psych`, feelings) of their turns from `extract_from` on (1-based,
+    as turns_of numbers them; the turns before it were extracted before and are context).
+    Each fact's `turns` number all the rounds' turns."""
+    return memory_model(model).consolidate(
+        turns_of(rounds), known=tuple(known), psych=psych, extract_from=max(1, extract_from)
+    )

@@ -35,11 +35,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from llm.errors import ModelError
-from llm.memory import ExtractedFact, Extraction, Turn, render_fold_input
+from llm.memory import Consolidation, ExtractedFact, Extraction, Turn, render_fold_input
 from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import language_of, overlap, sentences
@@ -496,6 +496,21 @@ class OfflineMemory:
         numbers = [n for n, turn in enumerate(turns, start=1) if turn.role == "user"]
         facts, feelings = extract(_user_texts(turns), psych=psych, numbers=numbers)
         return Extraction(facts=facts, psych=feelings, judged=False)
+
+    def consolidate(
+        self, turns: Sequence[Turn], *, known: Sequence[str], psych: bool, extract_from: int
+    ) -> Consolidation:
+        # Its summarize and its extract: the summary reads every turn, the extraction those
+        # from extract_from on, its turn numbers shifted back to count among all of them.
+        skipped = max(0, extract_from - 1)
+        extraction = self.extract(turns[skipped:], known=known, psych=psych)
+        facts = tuple(
+            replace(fact, turns=tuple(n + skipped for n in fact.turns)) for fact in extraction.facts
+        )
+        return Consolidation(
+            summary=self.summarize(turns),
+            extraction=Extraction(facts=facts, psych=extraction.psych, judged=False),
+        )
 
     def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:
         # The language is judged over the input as a language model would read it, section

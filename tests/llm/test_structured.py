@@ -100,15 +100,15 @@ def test_parse_json_rules():
 # --- structured output on the wire ---------------------------------------------------------------
 
 
-def sent_schema(name: str, body: dict[str, Any]) -> dict[str, Any] | None:
+def sent_schema(name: str, body: dict[str, Any], label: str = "") -> dict[str, Any] | None:
     """The schema a request asked the provider to hold the answer to, where its API takes it
-    (None when it asked for free text)."""
+    (None when it asked for free text); OpenAI's names it (`label`, "extract" by default)."""
     if name == "openai":
         response_format = body.get("response_format")
         if response_format is None:
             return None
         assert response_format["type"] == "json_schema"
-        assert response_format["json_schema"]["name"] == "extract"
+        assert response_format["json_schema"]["name"] == (label or "extract")
         assert response_format["json_schema"]["strict"] is True
         return response_format["json_schema"]["schema"]
     if name == "anthropic":
@@ -356,3 +356,54 @@ def test_the_offline_model_ignores_the_schema():
         json_schema=JsonSchema("extract", strict_schema(memory.EXTRACT_SCHEMA)),
     )
     assert completion.meta["offline"] is True
+
+
+def test_one_consolidating_call_gives_the_summary_and_the_facts_of_the_new_turns(provider):
+    """A compress batch's one call: the summary of every turn shown, the facts of the turns
+    from extract_from on; a fact naming only earlier turns (extracted before) is dropped."""
+    rounds = [*CONVERSATION, Message.user("我下周去东京出差。"), Message.assistant("一路顺风。")]
+    answer = {
+        "summary": "用户是杭州的后端工程师，下周去东京出差。",
+        "facts": [
+            {"content": "用户住在杭州", "category": "knowledge", "importance": 0.8, "turns": [1]},
+            {
+                "content": "用户下周去东京出差",
+                "category": "decision",
+                "importance": 0.8,
+                "turns": [3],
+            },
+        ],
+    }
+    provider.fake.reply(provider.text(json.dumps(answer, ensure_ascii=False)))
+    result = memory.consolidate(model=provider.model, rounds=rounds, extract_from=3)
+    assert result.summary == "用户是杭州的后端工程师，下周去东京出差。"
+    assert [(f.content, f.category, f.turns) for f in result.extraction.facts] == [
+        ("用户下周去东京出差", "decision", (3,))
+    ]
+    assert len(provider.fake.requests) == 1
+    body = provider.fake.requests[0].body
+    system = provider.system_of(body)
+    assert "take facts only from turn [3] onwards" in system
+    assert json.dumps(memory.CONSOLIDATE_SCHEMA, ensure_ascii=False) in system
+    assert sent_schema(provider.name, body, "consolidate") == strict_schema(
+        memory.CONSOLIDATE_SCHEMA
+    )
+    assert "[3] user: 我下周去东京出差。" in json.dumps(body, ensure_ascii=False)
+
+
+def test_the_offline_model_consolidates_by_summarising_and_extracting():
+    rounds = [
+        Message.user("我住在杭州。"),
+        Message.assistant("好的。"),
+        Message.user("我更喜欢简短的回答。"),
+        Message.assistant("明白。"),
+    ]
+    whole = memory.consolidate(model="offline", rounds=rounds)
+    assert whole.summary == memory.summarize(model="offline", rounds=rounds)
+    assert whole.extraction.facts == memory.extract(model="offline", rounds=rounds).facts
+    later = memory.consolidate(model="offline", rounds=rounds, extract_from=2)
+    assert later.summary == whole.summary
+    assert [(f.content, f.turns) for f in later.extraction.facts] == [
+        ("用户更喜欢简短的回答", (3,))
+    ]
+    assert later.extraction.judged is False
