@@ -115,9 +115,10 @@ class Cell:
 
 
 def steady_state(rounds: int, *, hot: int, batch: int, warm: int) -> tuple[int, int]:
-    """(compressed_through, extracted_through) as a caught-up consolidator leaves them after
-    `rounds` rounds: every full batch that left the hot zone is summarised, and each time the
-    warm summaries cover `warm` rounds they are extracted and folded (memory_app.consolidator)."""
+    """(compressed_through, folded_through) as a caught-up consolidator leaves them after
+    `rounds` rounds: every full batch that left the hot zone is summarised (and extracted, in
+    the same call: extracted_through = compressed_through), and each time the warm summaries
+    cover `warm` rounds they are folded (memory_app.consolidator)."""
     compressed = max(0, rounds - hot) // batch * batch
     extracted = 0
     # The cursor moves one batch per consolidation; an extraction takes all that is warm.
@@ -184,7 +185,7 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
         compressed, extracted = steady_state(
             rounds, hot=config.hot_size, batch=config.compress_batch, warm=config.warm_capacity
         )
-        # Every batch ever summarised has its row; those up to extracted_through are folded.
+        # Every batch ever summarised has its row; those up to folded_through are folded.
         Summary.objects.bulk_create(
             [
                 Summary(
@@ -203,7 +204,8 @@ def fill_owner(*, facts: int, history_sizes, config, rng: random.Random):
         WorkingState.objects.create(
             session=session,
             compressed_through=compressed,
-            extracted_through=extracted,
+            extracted_through=compressed,  # each batch's call extracts it too
+            folded_through=extracted,
             rolling_summary=rolling,
         )
         sessions[messages] = session
@@ -361,7 +363,7 @@ class TurnTimer:
 
         state = WorkingState.objects.filter(session=session).first()
         skipped = (state is None or not state.extracted_through) + (
-            state is None or state.compressed_through <= state.extracted_through
+            state is None or state.compressed_through <= state.folded_through
         )
         # The query log is a bounded deque: once full, CaptureQueriesContext counts nothing.
         reset_queries()

@@ -1,5 +1,10 @@
-"""The consolidator: moves rounds from the hot zone to the warm zone (summaries) and from the
-warm zone to the cold zone (facts), on a Celery worker or, embedded, after the reply.
+"""The consolidator: moves rounds from the hot zone to the warm zone (summaries) and to the
+cold zone (facts), on a Celery worker or, embedded, after the reply.
+
+Every round is extracted soon: a compress batch's one call to the compression model gives its
+summary and its facts together (llm.memory.consolidate), and a session's end extracts what is
+left, the hot zone (consolidation_finish, with the episode's summary in the same call). Once
+the warm summaries cover warm_capacity rounds they fold into the rolling summary.
 
 Safe to run twice and to race: every model call happens first, outside any transaction; then
 one transaction moves a cursor of the session's WorkingState with a conditional UPDATE
@@ -25,10 +30,10 @@ from memory_app import confidence as rules
 from memory_app import services
 from memory_app.models import Fact, Summary, WorkingState
 from memory_app.normalize import content_key
-from memory_app.working import MemoryConfig, memory_config
+from memory_app.working import MemoryConfig, memory_config, sessions_consolidation_due
 from profile_app.services import profile_apply_extraction
 from sessions_app.models import ChatSession, Message
-from sessions_app.rounds import rounds_messages, rounds_rows
+from sessions_app.rounds import rounds_rows
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,7 @@ CORRECTION_SIMILARITY = 0.2
 class ConsolidationReport:
     summaries: int = 0
     extractions: int = 0
+    folds: int = 0
     facts: list[str] = field(default_factory=list)  # "add", "reinforce", "update", "supersede"
     psych: int = 0
     evicted: int = 0
@@ -55,7 +61,8 @@ def compression_model(session: ChatSession) -> str:
 def consolidation_run(
     *, session_id: str, config: MemoryConfig | None = None
 ) -> ConsolidationReport:
-    """Compress every batch that is due, then extract when the warm zone is full."""
+    """Compress (and extract) every batch that is due, fold a full warm zone, and for a session
+    that ended with rounds not extracted (its end-of-session task was lost), extract them."""
     report = ConsolidationReport()
     session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
@@ -64,33 +71,24 @@ def consolidation_run(
     WorkingState.objects.get_or_create(session=session)
     while _compress_next(session, config, report):
         pass
-    while _extract_if_due(session, config, report):
+    while _fold_if_due(session, config, report):
         pass
+    if session.ended_at is not None:
+        consolidation_finish(session=session, report=report)
     return report
 
 
 def consolidation_catch_up() -> int:
     """Sessions of the last week whose consolidation is due but did not run (the broker was
-    down when their turn ended, or a task gave up) are consolidated now; returns how many.
-    Safe alongside the regular tasks: consolidation_run claims each batch."""
+    down when their turn ended, a task gave up, a session ended while no worker ran) are
+    consolidated now; returns how many. "Due" is the live path's rule
+    (memory_app.working.consolidation_due, as a query). Safe alongside the regular tasks:
+    consolidation_run claims each batch."""
     from datetime import timedelta
 
-    from django.conf import settings
-    from django.db.models import F, Value
-    from django.db.models.functions import Coalesce
-
-    due = (
-        ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
-        .annotate(done=Coalesce(F("working_state__compressed_through"), Value(0)))
-        .filter(
-            round_count__gte=F("done")
-            + settings.ETHAN_MEMORY_HOT_SIZE
-            + settings.ETHAN_MEMORY_COMPRESS_BATCH
-        )
-        .values_list("pk", flat=True)
-    )
+    recent = ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
     count = 0
-    for session_id in due:
+    for session_id in sessions_consolidation_due(recent).values_list("pk", flat=True):
         consolidation_run(session_id=session_id)
         count += 1
     return count
@@ -100,26 +98,71 @@ def _state(session: ChatSession) -> WorkingState:
     return WorkingState.objects.get(session=session)
 
 
+@dataclass(frozen=True)
+class SaidRounds:
+    """The stored messages of some rounds that memory work reads, in the order it numbers
+    them (turn n is rows[n - 1], as llm.memory.turns_of keeps them), with each one's round."""
+
+    rows: list[Message]
+    rounds: list[int]
+
+    @classmethod
+    def read(cls, session: ChatSession, *, first: int, last: int) -> SaidRounds:
+        rows, rounds, current = [], [], first - 1
+        for row in rounds_rows(session=session, first=first, last=last):
+            current += row.role == Message.Role.USER  # a user message opens the next round
+            if row.content.strip():
+                rows.append(row)
+                rounds.append(current)
+        return cls(rows=rows, rounds=rounds)
+
+    def messages(self) -> list[LLMMessage]:
+        return [LLMMessage(role=row.role, content=row.content) for row in self.rows]
+
+    def turns_through(self, last_round: int) -> int:
+        """How many of the turns belong to rounds up to last_round."""
+        return sum(1 for number in self.rounds if number <= last_round)
+
+
 def _compress_next(session: ChatSession, config: MemoryConfig, report: ConsolidationReport) -> bool:
-    """Summarise the next compress_batch rounds that left the hot zone. True if the cursor
-    moved (by us or by a racing worker), so there may be more to do."""
+    """Summarise the next compress_batch rounds that left the hot zone and, in the same call,
+    extract the facts of those not extracted yet. True if a cursor moved (by us or by a
+    racing worker), so there may be more to do."""
     session.refresh_from_db(fields=["round_count"])
     state = _state(session)
-    start = state.compressed_through
+    start, extracted = state.compressed_through, state.extracted_through
+    if extracted < start:
+        # Compressed before extraction went with the batches: those rounds first.
+        return _extract_through(session, report, start=extracted, end=start)
     left_hot = session.round_count - config.hot_size
     if left_hot - start < config.compress_batch:
         return False
     end = start + config.compress_batch
     model = compression_model(session)
-    text = llm_memory.summarize(
-        model=model, rounds=rounds_messages(session=session, first=start + 1, last=end)
-    )
+    said = SaidRounds.read(session, first=start + 1, last=end)
+    known: list[Fact] = []
+    extraction = None
+    if extracted >= end:  # a session's end extracted these rounds already
+        text = llm_memory.summarize(model=model, rounds=said.messages())
+    else:
+        known = _known_facts(session, said.messages())
+        result = llm_memory.consolidate(
+            model=model,
+            rounds=said.messages(),
+            psych=_companion(session),
+            known=[fact.content for fact in known],
+            extract_from=said.turns_through(extracted) + 1,
+        )
+        text, extraction = result.summary, result.extraction
     # Durable, as every cursor move: another worker must see the cursor once this returns.
     with transaction.atomic(durable=True):
-        claimed = WorkingState.objects.filter(session=session, compressed_through=start).update(
-            compressed_through=end, updated_at=timezone.now()
-        )
-        if claimed != 1:
+        claims = WorkingState.objects.filter(session=session, compressed_through=start)
+        moves = {"compressed_through": end, "updated_at": timezone.now()}
+        if extraction is not None:
+            # Both cursors or neither: the facts are stored exactly once with their batch.
+            claims = claims.filter(extracted_through=extracted)
+            moves["extracted_through"] = end
+        if claims.update(**moves) != 1:
             log.info(
                 "%s: rounds %d-%d were summarised by another worker", session.pk, start + 1, end
             )
@@ -127,8 +170,21 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
         Summary.objects.create(
             session=session, first_round=start + 1, last_round=end, text=text, model=model
         )
+        if extraction is not None:
+            _store_extraction(session, extraction, said=said.rows, known=known, report=report)
     report.summaries += 1
     return True
+
+
+def _companion(session: ChatSession) -> bool:
+    """Companion mode also extracts the person's feelings (the profile's psych section)."""
+    return session.mode == ChatSession.Mode.COMPANION
+
+
+def _known_facts(session: ChatSession, messages: list[LLMMessage]) -> list[Fact]:
+    """The stored facts a judging model is shown with rounds: the closest to them."""
+    transcript = llm_memory.render_transcript(llm_memory.turns_of(messages))
+    return closest_facts(owner=session.owner, text=transcript, limit=KNOWN_FACTS_SHOWN)
 
 
 def closest_facts(*, owner, text: str, limit: int) -> list[Fact]:
@@ -235,65 +291,156 @@ def _apply_fact(
     return "add" if new.hit_count == 1 else "reinforce"
 
 
-def _extract_if_due(
-    session: ChatSession, config: MemoryConfig, report: ConsolidationReport
-) -> bool:
-    """Once the warm zone covers warm_capacity rounds: extract facts from those rounds, fold
-    their summaries into the rolling summary. True if the cursor moved."""
+def _fold_if_due(session: ChatSession, config: MemoryConfig, report: ConsolidationReport) -> bool:
+    """Once the warm summaries cover warm_capacity rounds: fold them into the rolling summary.
+    True if the cursor moved."""
     state = _state(session)
-    start, end = state.extracted_through, state.compressed_through
+    start, end = state.folded_through, state.compressed_through
     if end - start < config.warm_capacity:
         return False
-    model = compression_model(session)
-    # The stored messages the extraction reads, in the order it numbers them: only those
-    # that say something (as llm.memory.turns_of keeps them), so turn n is said[n - 1].
-    said = [
-        row
-        for row in rounds_rows(session=session, first=start + 1, last=end)
-        if row.content.strip()
-    ]
-    rounds = [LLMMessage(role=row.role, content=row.content) for row in said]
-    transcript = llm_memory.render_transcript(llm_memory.turns_of(rounds))
-    known = closest_facts(owner=session.owner, text=transcript, limit=KNOWN_FACTS_SHOWN)
-    companion = session.mode == ChatSession.Mode.COMPANION
-    extraction = llm_memory.extract(
-        model=model, rounds=rounds, psych=companion, known=[fact.content for fact in known]
-    )
     warm = list(
-        Summary.objects.filter(session=session, folded=False, last_round__lte=end).order_by(
-            "first_round"
-        )
+        Summary.objects.filter(
+            session=session, first_round__gt=start, folded=False, last_round__lte=end
+        ).order_by("first_round")
     )
     rolling = llm_memory.fold(
-        model=model, rolling=state.rolling_summary, summaries=[summary.text for summary in warm]
+        model=compression_model(session),
+        rolling=state.rolling_summary,
+        summaries=[summary.text for summary in warm],
     )
     with transaction.atomic(durable=True):
+        claimed = WorkingState.objects.filter(session=session, folded_through=start).update(
+            folded_through=end, rolling_summary=rolling, updated_at=timezone.now()
+        )
+        if claimed != 1:
+            log.info("%s: rounds %d-%d were folded by another worker", session.pk, start + 1, end)
+            return True
+        Summary.objects.filter(pk__in=[summary.pk for summary in warm]).update(folded=True)
+    report.folds += 1
+    return True
+
+
+def _extract_through(
+    session: ChatSession, report: ConsolidationReport, *, start: int, end: int
+) -> bool:
+    """Extract the facts of rounds start+1..end in one call and move extracted_through from
+    start to end. True if the cursor moved (by us or by a racing worker)."""
+    said = SaidRounds.read(session, first=start + 1, last=end)
+    known = _known_facts(session, said.messages())
+    extraction = llm_memory.extract(
+        model=compression_model(session),
+        rounds=said.messages(),
+        psych=_companion(session),
+        known=[fact.content for fact in known],
+    )
+    return _claim_extraction(
+        session, extraction, start=start, end=end, said=said.rows, known=known, report=report
+    )
+
+
+def _claim_extraction(
+    session: ChatSession,
+    extraction: llm_memory.Extraction,
+    *,
+    start: int,
+    end: int,
+    said: list[Message],
+    known: list[Fact],
+    report: ConsolidationReport,
+    offset: int = 0,
+) -> bool:
+    with transaction.atomic(durable=True):
         claimed = WorkingState.objects.filter(session=session, extracted_through=start).update(
-            extracted_through=end, rolling_summary=rolling, updated_at=timezone.now()
+            extracted_through=end, updated_at=timezone.now()
         )
         if claimed != 1:
             log.info(
                 "%s: rounds %d-%d were extracted by another worker", session.pk, start + 1, end
             )
             return True
-        Summary.objects.filter(pk__in=[summary.pk for summary in warm]).update(folded=True)
-        for item in extraction.facts:
-            if not extraction.judged:  # the offline model: the documented rules decide
-                pool = closest_facts(owner=session.owner, text=item.content, limit=50)
-                action, target = decide_offline(item, pool)
-            else:
-                action = item.action
-                target = known[item.target - 1] if item.target else None
-            sources = [said[number - 1] for number in item.turns if 1 <= number <= len(said)]
-            report.facts.append(
-                apply_fact(
-                    session=session, item=item, action=action, target=target, sources=sources
-                )
-            )
-        if companion and extraction.psych:
-            report.psych += profile_apply_extraction(
-                owner=session.owner, items=list(extraction.psych)
-            )
-        report.evicted += services.facts_evict_over_capacity(owner=session.owner)
-    report.extractions += 1
+        _store_extraction(session, extraction, said=said, known=known, report=report, offset=offset)
     return True
+
+
+def consolidation_finish(
+    *,
+    session: ChatSession,
+    episode_first: int | None = None,
+    earlier_summary: str = "",
+    report: ConsolidationReport | None = None,
+) -> str | None:
+    """A session ended: extract the facts of its rounds not extracted yet (the hot zone) and,
+    when `episode_first` is given, summarise rounds episode_first.. for its episode in the same
+    call (`earlier_summary`, its rolling summary, read before them). Returns that summary (None
+    without an episode). Exactly once under kills and retries: the facts are stored in the
+    transaction that moves extracted_through, and a second run finds nothing left to extract."""
+    report = report or ConsolidationReport()
+    session.refresh_from_db(fields=["round_count"])
+    state, _ = WorkingState.objects.get_or_create(session=session)
+    start, end = state.extracted_through, session.round_count
+    if episode_first is None:
+        if start < end:
+            _extract_through(session, report, start=start, end=end)
+        return None
+    first = max(1, min(episode_first, start + 1))
+    said = SaidRounds.read(session, first=first, last=end)
+    messages = said.messages()
+    offset = 0
+    if earlier_summary.strip() and first > 1:
+        messages = [LLMMessage.user(f"[对话摘要]\n{earlier_summary.strip()}"), *messages]
+        offset = 1
+    model = compression_model(session)
+    if start >= end:
+        return llm_memory.summarize(model=model, rounds=messages)
+    known = _known_facts(session, said.messages())
+    result = llm_memory.consolidate(
+        model=model,
+        rounds=messages,
+        psych=_companion(session),
+        known=[fact.content for fact in known],
+        extract_from=offset + said.turns_through(start) + 1,
+    )
+    _claim_extraction(
+        session,
+        result.extraction,
+        start=start,
+        end=end,
+        said=said.rows,
+        known=known,
+        report=report,
+        offset=offset,
+    )
+    return result.summary
+
+
+def _store_extraction(
+    session: ChatSession,
+    extraction: llm_memory.Extraction,
+    *,
+    said: list[Message],
+    known: list[Fact],
+    report: ConsolidationReport,
+    offset: int = 0,
+) -> None:
+    """Write an extraction's facts (and, in companion mode, feelings), inside the transaction
+    that claimed its rounds. A fact's turn n is said[n - 1 - offset] (`offset` turns shown
+    before the stored ones, e.g. an episode's earlier summary)."""
+    for item in extraction.facts:
+        if not extraction.judged:  # the offline model: the documented rules decide
+            pool = closest_facts(owner=session.owner, text=item.content, limit=50)
+            action, target = decide_offline(item, pool)
+        else:
+            action = item.action
+            target = known[item.target - 1] if item.target else None
+        sources = [
+            said[number - 1 - offset]
+            for number in item.turns
+            if offset < number <= len(said) + offset
+        ]
+        report.facts.append(
+            apply_fact(session=session, item=item, action=action, target=target, sources=sources)
+        )
+    if _companion(session) and extraction.psych:
+        report.psych += profile_apply_extraction(owner=session.owner, items=list(extraction.psych))
+    report.evicted += services.facts_evict_over_capacity(owner=session.owner)
+    report.extractions += 1

@@ -157,13 +157,19 @@ class WorkingState(models.Model):
     )
     # Rounds 1..compressed_through are summarised (warm or folded into the rolling summary).
     compressed_through = models.PositiveIntegerField(default=0)
-    # Rounds 1..extracted_through went through fact extraction and into the rolling summary.
+    # Rounds 1..extracted_through went through fact extraction: with their compress batch, or
+    # at the session's end (then it runs ahead of compressed_through, over the hot zone).
     extracted_through = models.PositiveIntegerField(default=0)
+    # Rounds 1..folded_through are in the rolling summary (their warm summaries folded).
+    folded_through = models.PositiveIntegerField(default=0)
     rolling_summary = models.TextField(blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     def __str__(self) -> str:
-        return f"{self.session_id} warm@{self.compressed_through} cold@{self.extracted_through}"
+        return (
+            f"{self.session_id} warm@{self.compressed_through} cold@{self.extracted_through} "
+            f"rolling@{self.folded_through}"
+        )
 
 
 class Summary(models.Model):
@@ -176,7 +182,7 @@ class Summary(models.Model):
     last_round = models.PositiveIntegerField()
     text = models.TextField()
     model = models.CharField(max_length=100)
-    # Folded into the rolling summary by an extraction (then no longer shown on its own).
+    # Folded into the rolling summary once the warm zone was full (then no longer shown alone).
     folded = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 

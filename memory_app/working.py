@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import Subquery
+from django.db.models import F, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
@@ -28,7 +29,7 @@ LONG_TERM_LIMIT = 15
 class MemoryConfig:
     hot_size: int = 10  # rounds kept verbatim
     compress_batch: int = 5  # rounds summarised together once they leave the hot zone
-    warm_capacity: int = 20  # rounds the warm summaries cover before extraction to the cold zone
+    warm_capacity: int = 20  # rounds the warm summaries cover before they fold into the rolling
 
     def __post_init__(self) -> None:
         if min(self.hot_size, self.compress_batch, self.warm_capacity) < 1:
@@ -88,13 +89,13 @@ def summary_block(*, session: ChatSession, state: WorkingState) -> str:
     from memory_app.models import Summary
 
     parts = [state.rolling_summary.strip()] if state.rolling_summary.strip() else []
-    # Every summary up to extracted_through is folded (an extraction folds all of them in the
+    # Every summary up to folded_through is folded (a fold marks all of them in the
     # transaction that moves the cursor), so the warm ones start after it: a range of the
     # (session, first_round) index instead of every summary the session ever had; and while
-    # the warm zone is empty (compressed_through = extracted_through) there is none to read.
-    if state.compressed_through > state.extracted_through:
+    # the warm zone is empty (compressed_through = folded_through) there is none to read.
+    if state.compressed_through > state.folded_through:
         warm = Summary.objects.filter(
-            session=session, first_round__gt=state.extracted_through, folded=False
+            session=session, first_round__gt=state.folded_through, folded=False
         ).order_by("first_round")
         parts += [text.strip() for text in warm.values_list("text", flat=True)]
     return "\n".join(parts)
@@ -173,14 +174,39 @@ def context_assemble(
 def consolidation_due(
     *, session: ChatSession, state: WorkingState | None, config: MemoryConfig | None = None
 ) -> bool:
-    """Whether the consolidator has work on this session now (a batch left the hot zone, or the
-    warm zone is full), from what the turn has read already: no query, and no task queued for
-    nothing. What is missed (a worker down) the catch-up sweep finds."""
+    """Whether the consolidator has work on this session now, from what the turn has read
+    already: no query, and no task queued for nothing. The one rule of the live path and the
+    catch-up sweep (sessions_consolidation_due says it as a query); what is missed (a worker
+    down) the sweep finds. Work is due when
+
+    - a compress batch left the hot zone (its one call also extracts its facts),
+    - the warm zone covers warm_capacity rounds (they fold into the rolling summary),
+    - extraction lags behind compression (a session consolidated before extraction went with
+      the batches), or
+    - the session ended with rounds not extracted (its end-of-session work was lost)."""
     config = config or memory_config()
     compressed = state.compressed_through if state is not None else 0
     extracted = state.extracted_through if state is not None else 0
-    left_hot = session.round_count - config.hot_size
+    folded = state.folded_through if state is not None else 0
     return (
-        left_hot - compressed >= config.compress_batch
-        or compressed - extracted >= config.warm_capacity
+        session.round_count >= compressed + config.hot_size + config.compress_batch
+        or compressed >= folded + config.warm_capacity
+        or extracted < compressed
+        or (session.ended_at is not None and extracted < session.round_count)
+    )
+
+
+def sessions_consolidation_due(sessions: QuerySet, *, config: MemoryConfig | None = None):
+    """The sessions of `sessions` consolidation_due holds due, in one query: the same four
+    conditions over the same cursors (a session with no working state has them at 0)."""
+    config = config or memory_config()
+    cursors = {
+        name: Coalesce(F(f"working_state__{name}"), Value(0))
+        for name in ("compressed_through", "extracted_through", "folded_through")
+    }
+    return sessions.annotate(**{f"due_{name}": value for name, value in cursors.items()}).filter(
+        Q(round_count__gte=F("due_compressed_through") + config.hot_size + config.compress_batch)
+        | Q(due_compressed_through__gte=F("due_folded_through") + config.warm_capacity)
+        | Q(due_extracted_through__lt=F("due_compressed_through"))
+        | Q(ended_at__isnull=False, round_count__gt=F("due_extracted_through"))
     )

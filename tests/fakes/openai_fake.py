@@ -258,7 +258,11 @@ class FakeOpenAI(FakeServer):
 
 class MiniModel:
     """The OpenAI fake's answers: gpt-4o chats, gpt-4o-mini (the routed compression model)
-    summarises, extracts and folds. Counts what it was asked."""
+    summarises, extracts, consolidates and folds. Counts what it was asked.
+
+    Consolidating (a compress batch, a session's end: summary and facts in one call), it
+    answers "摘要n" and one fact per user turn it may take facts from, "用户说过：<the turn>"
+    with that turn's number, so a test sees which message each fact came from."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -268,6 +272,17 @@ class MiniModel:
         system = body["messages"][0]["content"]
         if body["model"] == "gpt-4o":
             return Reply(body=FakeOpenAI.text(f"好的{len(self.calls)}"))
+        if "You do two things with a conversation" in system:
+            kind = "consolidate"
+            self.calls.append(kind)
+            text = json.dumps(
+                {
+                    "summary": f"摘要{self.calls.count(kind)}",
+                    "facts": self.facts_said(system, body["messages"][-1]["content"]),
+                },
+                ensure_ascii=False,
+            )
+            return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})
         if "compress a conversation" in system:
             kind, text = "summarize", f"摘要{self.calls.count('summarize') + 1}"
         elif "extract long-term memories" in system:
@@ -290,3 +305,21 @@ class MiniModel:
             kind, text = "fold", "滚动摘要"
         self.calls.append(kind)
         return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})
+
+    @staticmethod
+    def facts_said(system: str, transcript: str) -> list[dict[str, Any]]:
+        """One fact per numbered user turn of `transcript` from the first the system prompt
+        lets it take facts from."""
+        first = re.search(r"take facts only from turn \[(\d+)\]", system)
+        facts = []
+        for number, text in re.findall(r"^\[(\d+)\] user: (.*)$", transcript, re.MULTILINE):
+            if int(number) >= (int(first.group(1)) if first else 1):
+                facts.append(
+                    {
+                        "content": f"用户说过：{text}",
+                        "category": "knowledge",
+                        "importance": 0.8,
+                        "turns": [int(number)],
+                    }
+                )
+        return facts

@@ -70,9 +70,17 @@ def test_context_shape_and_compression_calls_over_31_rounds(
     same(10, [*verbatim(1, 9), ("user", round_text(10))])
     same(11, [*verbatim(1, 10), ("user", round_text(11))])
     same(15, [*verbatim(1, 14), ("user", round_text(15))])  # 4 rounds wait for their batch
+    # Each batch's one call promoted its facts: from turn 16 on, the long-term block shows
+    # those of this conversation not already in <memory_context>.
+    for n in (16, 30, 31):
+        long_term = shape(n)[0][1]
+        assert long_term.startswith("[长期记忆]\n- 用户说过："), n
+        assert "- 用户说过：我是后端工程师，住在杭州。" in long_term, n
     same(
         16,
         [
+            ("user", None),
+            ("assistant", "好的。"),
             ("user", "[对话摘要]\n摘要1"),
             ("assistant", "好的。"),
             *verbatim(6, 15),
@@ -82,6 +90,8 @@ def test_context_shape_and_compression_calls_over_31_rounds(
     same(
         30,
         [
+            ("user", None),
+            ("assistant", "好的。"),
             ("user", "[对话摘要]\n摘要1\n摘要2\n摘要3"),
             ("assistant", "好的。"),
             *verbatim(16, 29),
@@ -91,7 +101,7 @@ def test_context_shape_and_compression_calls_over_31_rounds(
     same(
         31,
         [
-            ("user", "[长期记忆]\n- 用户更喜欢简短的回答\n- 用户是后端工程师"),
+            ("user", None),
             ("assistant", "好的。"),
             ("user", "[对话摘要]\n滚动摘要"),
             ("assistant", "好的。"),
@@ -100,8 +110,9 @@ def test_context_shape_and_compression_calls_over_31_rounds(
         ],
     )
 
-    # Compression ran on the routed model: four batches, one extraction and one fold.
-    assert mini.calls == ["summarize"] * 4 + ["extract", "fold"]
+    # Compression ran on the routed model: four batches, each one call giving its summary and
+    # its facts, and one fold of the full warm zone.
+    assert mini.calls == ["consolidate"] * 4 + ["fold"]
     assert {r.body["model"] for r in openai.fake.requests} == {"gpt-4o", "gpt-4o-mini"}
     assert list(
         Summary.objects.order_by("first_round").values_list(
@@ -114,15 +125,19 @@ def test_context_shape_and_compression_calls_over_31_rounds(
         (16, 20, "gpt-4o-mini", True),
     ]
     state = WorkingState.objects.get(session=session)
-    assert (state.compressed_through, state.extracted_through, state.rolling_summary) == (
-        20,
-        20,
-        "滚动摘要",
-    )
-    promoted = Fact.objects.filter(session=session, source="consolidator")
-    assert sorted(promoted.values_list("content", "confidence")) == [
-        ("用户是后端工程师", 0.8),
-        ("用户更喜欢简短的回答", 0.9),
+    assert (
+        state.compressed_through,
+        state.extracted_through,
+        state.folded_through,
+        state.rolling_summary,
+    ) == (20, 20, 20, "滚动摘要")
+    # Every round that left the hot zone was extracted, once, its fact tied to its message.
+    promoted = Fact.objects.filter(session=session, source="consolidator").order_by("id")
+    assert [(fact.content, fact.confidence) for fact in promoted] == [
+        (f"用户说过：{round_text(n)}", 0.8) for n in range(1, 21)
+    ]
+    assert [list(fact.sources.values_list("content", flat=True)) for fact in promoted] == [
+        [round_text(n)] for n in range(1, 21)
     ]
 
 
@@ -145,7 +160,8 @@ COMPANION_TEXTS = [
 def test_companion_mode_extracts_psych_but_never_basic_traits(owner, llm_config):
     session = _rounds(owner, COMPANION_TEXTS, mode="companion")
     report = consolidation_run(session_id=session.pk, config=SMALL)
-    assert (report.summaries, report.extractions) == (2, 1)
+    # Each batch's call extracts its facts and feelings; the full warm zone folds once.
+    assert (report.summaries, report.extractions, report.folds) == (2, 2, 1)
     psych = ProfileSection.objects.get(owner=owner, key="psych").content
     assert psych == "- 最近压力很大，晚上失眠\n- 听音乐能让用户放松"
     assert not ProfileSection.objects.filter(owner=owner, key="basic").exists()
@@ -201,12 +217,11 @@ def test_a_language_model_decides_with_numbered_known_facts(owner, fakes):
     session = _rounds(
         owner, ["我搬到上海了，不住杭州了。", "我还是喜欢咖啡，尤其美式。", "好"], model="gpt-4o"
     )
-    openai.fake.reply(openai.text("摘要1"))
-    openai.fake.reply(openai.text("摘要2"))
     openai.fake.reply(
         openai.text(
             json.dumps(
                 {
+                    "summary": "摘要1",
                     "facts": [
                         {
                             "content": "用户住在上海",
@@ -229,16 +244,18 @@ def test_a_language_model_decides_with_numbered_known_facts(owner, fakes):
                             "action": "UPDATE",
                             "target": 99,
                         },
-                    ]
+                    ],
                 },
                 ensure_ascii=False,
             )
         )
     )
     openai.fake.reply(openai.text("滚动摘要"))
-    report = consolidation_run(session_id=session.pk, config=SMALL)
+    # Rounds 1-2 in one batch: one call gives their summary and their facts.
+    config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=2)
+    report = consolidation_run(session_id=session.pk, config=config)
     assert report.facts == ["supersede", "update", "add"]
-    extract_system = openai.fake.requests[2].body["messages"][0]["content"]
+    extract_system = openai.fake.requests[0].body["messages"][0]["content"]
     # The model saw the closest facts (most shared terms first) numbered from 1, never their
     # database ids.
     assert (
@@ -284,25 +301,29 @@ def test_running_twice_writes_once(owner, llm_config):
 
 
 def test_a_racing_worker_that_claims_first_wins(owner, llm_config, monkeypatch):
-    """Between our model call and our claim another worker stored the batch: we store nothing."""
-    session = _rounds(owner, [f"第{n}轮" for n in range(3)])
+    """Between our model call and our claim another worker stored the batch and its facts: we
+    store nothing, neither the summary nor the facts."""
+    session = _rounds(owner, ["我住在成都。", "第1轮", "第2轮"])
     config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=100)
-    real_summarize = consolidator.llm_memory.summarize
+    real_consolidate = consolidator.llm_memory.consolidate
 
-    def summarize_while_another_worker_finishes(**kwargs):
-        text = real_summarize(**kwargs)
-        WorkingState.objects.filter(session=session).update(compressed_through=2)
+    def consolidate_while_another_worker_finishes(**kwargs):
+        result = real_consolidate(**kwargs)
+        WorkingState.objects.filter(session=session).update(
+            compressed_through=2, extracted_through=2
+        )
         Summary.objects.create(
             session=session, first_round=1, last_round=2, text="theirs", model="offline"
         )
-        return text
+        return result
 
     monkeypatch.setattr(
-        consolidator.llm_memory, "summarize", summarize_while_another_worker_finishes
+        consolidator.llm_memory, "consolidate", consolidate_while_another_worker_finishes
     )
     report = consolidation_run(session_id=session.pk, config=config)
-    assert report.summaries == 0
+    assert (report.summaries, report.extractions) == (0, 0)
     assert list(Summary.objects.values_list("text", flat=True)) == ["theirs"]
+    assert not Fact.objects.exists()
 
 
 def test_a_model_outage_leaves_the_cursors_for_later(owner, fakes):
@@ -317,13 +338,13 @@ def test_a_model_outage_leaves_the_cursors_for_later(owner, fakes):
     assert not Summary.objects.exists()
     openai.fake.responder = lambda recorded: Reply(
         body=FakeOpenAI.text(
-            json.dumps({"facts": []})
+            json.dumps({"summary": "ok", "facts": []})
             if "extract" in recorded.body["messages"][0]["content"]
             else "ok"
         )
     )
     report = consolidation_run(session_id=session.pk, config=SMALL)
-    assert (report.summaries, report.extractions) == (2, 1)
+    assert (report.summaries, report.extractions, report.folds) == (2, 2, 1)
 
 
 def test_idle_api_sessions_are_closed(owner, make_session):
@@ -370,8 +391,6 @@ def test_extracted_facts_know_the_turns_they_came_from(owner, fakes, caplog):
 
     openai = fakes["openai"]
     session = _rounds(owner, ["我搬到上海了。", "我养了一只猫，叫 Miso。", "好"], model="gpt-4o")
-    openai.fake.reply(openai.text("摘要1"))
-    openai.fake.reply(openai.text("摘要2"))
     facts = [
         {"content": "用户住在上海", "category": "knowledge", "importance": 0.8, "turns": [1]},
         # 2 is the assistant's "嗯。", 3 the cat; 9 and 0 were never shown: dropped.
@@ -383,12 +402,15 @@ def test_extracted_facts_know_the_turns_they_came_from(owner, fakes, caplog):
         },
         {"content": "用户喜欢猫", "category": "preference", "importance": 0.8},
     ]
-    openai.fake.reply(openai.text(json.dumps({"facts": facts}, ensure_ascii=False)))
+    answer = {"summary": "摘要1", "facts": facts}
+    openai.fake.reply(openai.text(json.dumps(answer, ensure_ascii=False)))
     openai.fake.reply(openai.text("滚动摘要"))
     dropped = llm_memory.turn_numbers_dropped["gpt-4o-mini"]
-    consolidation_run(session_id=session.pk, config=SMALL)
+    consolidation_run(
+        session_id=session.pk, config=MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=2)
+    )
 
-    prompt = openai.fake.requests[2].body["messages"][1]["content"]
+    prompt = openai.fake.requests[0].body["messages"][1]["content"]
     assert prompt.splitlines() == [
         "[1] user: 我搬到上海了。",
         "[2] assistant: 嗯。",
@@ -447,3 +469,62 @@ def test_a_plain_self_statement_comes_back_when_asked_about(owner, llm_config):
     ):
         system = build_system(owner=owner, mode="work", path="full", text=question)
         assert expected in [fact.content for fact in system.facts], question
+
+
+# --- one "due" rule for the turn and the catch-up sweep -----------------------------------------
+
+
+def test_catch_up_finds_a_session_due_only_for_extraction(owner, llm_config):
+    """Compressed before extraction went with the batches, nothing left to compress: the old
+    sweep (compression only) never picked it up; the live path's rule does."""
+    from memory_app.consolidator import consolidation_catch_up
+
+    session = _rounds(owner, ["我住在成都。", "第2轮", "第3轮"])
+    WorkingState.objects.create(session=session, compressed_through=2, folded_through=2)
+    assert consolidation_catch_up() == 1
+    state = WorkingState.objects.get(session=session)
+    assert (state.compressed_through, state.extracted_through) == (2, 2)
+    fact = Fact.objects.get()
+    assert (fact.content, fact.sources.get().content) == ("用户住在成都", "我住在成都。")
+    assert consolidation_catch_up() == 0  # nothing due any more
+
+
+def test_the_sweep_and_the_turn_hold_the_same_sessions_due(owner):
+    from itertools import product
+
+    from django.utils import timezone
+
+    from memory_app.working import consolidation_due, sessions_consolidation_due
+    from sessions_app.models import ChatSession
+
+    config = MemoryConfig(hot_size=2, compress_batch=2, warm_capacity=4)
+    cases = {}
+    for rounds, compressed, extracted, folded, ended in product(
+        (0, 3, 4, 8), (0, 2, 4), (0, 2, 4, 8), (0, 4), (False, True)
+    ):
+        if folded > compressed:
+            continue
+        session = ChatSession.objects.create(
+            id=f"due-{len(cases)}",
+            owner=owner,
+            round_count=rounds,
+            ended_at=timezone.now() if ended else None,
+        )
+        state = WorkingState.objects.create(
+            session=session,
+            compressed_through=compressed,
+            extracted_through=extracted,
+            folded_through=folded,
+        )
+        cases[session.pk] = consolidation_due(session=session, state=state, config=config)
+    never_consolidated = ChatSession.objects.create(id="never", owner=owner, round_count=4)
+    cases[never_consolidated.pk] = consolidation_due(
+        session=never_consolidated, state=None, config=config
+    )
+    due = set(
+        sessions_consolidation_due(ChatSession.objects.all(), config=config).values_list(
+            "pk", flat=True
+        )
+    )
+    assert due == {pk for pk, is_due in cases.items() if is_due}
+    assert 0 < len(due) < len(cases)

@@ -4,6 +4,7 @@ background, two workers racing on one session, and a worker killed in the middle
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -33,7 +34,10 @@ def slow_model():
 
     def answer(recorded):
         delay = fake.delays.pop(0) if fake.delays else 0.05
-        return Reply(body=FakeOpenAI.text(f"summary {len(fake.requests)}"), delay=delay)
+        text = f"summary {len(fake.requests)}"
+        if "You do two things" in recorded.body["messages"][0]["content"]:  # summary and facts
+            text = json.dumps({"summary": text, "facts": []})
+        return Reply(body=FakeOpenAI.text(text), delay=delay)
 
     fake.responder = answer
     fake.env = {
