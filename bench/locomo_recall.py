@@ -36,8 +36,14 @@ file's conversations 0-4, B: 5-9). The stemmer, the neighbours' weight and the t
 both directions; the search defaults are those chosen on A, so half B is their held-back half
 in the default run. k1 and b are the textbook ones, not tuned.
 
+Two shapes of history: the dialogue (both speakers, as above) and single-speaker logs (each
+speaker's turns alone as an owner of their own, every turn a user message, with the questions
+whose evidence is all in that speaker's turns): --tune --single-speaker tunes on the latter;
+--lengths compares BM25's length normalisations (LENGTH_OPTIONS) on both shapes and halves.
+
     python -m bench.locomo_recall --data ../shared/datasets/locomo/locomo10.json --observations
     python -m bench.locomo_recall --data ../shared/datasets/locomo/locomo10.json --tune
+    python -m bench.locomo_recall --data ../shared/datasets/locomo/locomo10.json --lengths
 """
 
 from __future__ import annotations
@@ -152,9 +158,22 @@ def previous_turn_tokens(messages) -> dict[Any, str]:
     return tokens
 
 
+def speakers(sample: dict[str, Any]) -> list[str]:
+    conversation = sample["conversation"]
+    return [conversation["speaker_a"], conversation["speaker_b"]]
+
+
 def load_conversation(
-    sample: dict[str, Any], index: int, observations: bool, *, without_next_turn: bool = False
+    sample: dict[str, Any],
+    index: int,
+    observations: bool,
+    *,
+    without_next_turn: bool = False,
+    speaker: str | None = None,
 ) -> Loaded:
+    """One conversation as one owner's sessions. With `speaker`, the single-speaker shape:
+    only that speaker's turns, each a user message (the neighbours whose words a message
+    carries are then the same person's previous and next messages), for an owner of its own."""
     from django.contrib.auth import get_user_model
 
     from llm.tokens import estimate_tokens
@@ -165,16 +184,23 @@ def load_conversation(
     from sessions_app.search import session_message_tokens
 
     conversation = sample["conversation"]
-    user_name = conversation["speaker_a"]
-    owner = get_user_model().objects.create(username=f"locomo-{sample['sample_id']}")
+    user_name = speaker or conversation["speaker_a"]
+    username = f"locomo-{sample['sample_id']}" + (f"-{speaker}" if speaker else "")
+    owner = get_user_model().objects.create(username=username)
     loaded = Loaded(owner=owner)
+    # Session ids end in 4 digits: the conversation's, plus 10 or 20 for a single speaker's.
+    tag = index + (10 * (1 + speakers(sample).index(speaker)) if speaker else 0)
     by_turn: dict[str, Message] = {}
     for n, key in enumerate(session_keys(conversation), start=1):
         when = parse_date(conversation[f"{key}_date_time"])
         loaded.now = max(loaded.now or when, when)
         turns = conversation[key]
+        if speaker:
+            turns = [turn for turn in turns if turn["speaker"] == speaker]
+            if not turns:
+                continue
         session = ChatSession.objects.create(
-            id=f"s_{when:%Y%m%d_%H%M}_{index:02d}{n:02d}",
+            id=f"s_{when:%Y%m%d_%H%M}_{tag:02d}{n:02d}",
             owner=owner,
             model="offline",
             title=turn_text(turns[0])[:40] if turns else "",
@@ -299,11 +325,18 @@ class Question:
     evidence: list[str]
 
 
-def questions(sample: dict[str, Any], index: int, known: set[str]) -> Iterator[Question]:
-    """The sample's questions whose evidence names a known turn."""
+def questions(
+    sample: dict[str, Any], index: int, known: set[str], *, speaker: str | None = None
+) -> Iterator[Question]:
+    """The sample's questions whose evidence names a known turn; with `speaker`, those whose
+    every evidence turn is that speaker's (`known` then their turns alone)."""
+    every = known
+    if speaker:
+        every = {turn["dia_id"] for key in session_keys(sample["conversation"])
+                 for turn in sample["conversation"][key]}  # fmt: skip
     for qa in sample["qa"]:
-        evidence = clean_evidence(qa.get("evidence") or [], known)
-        if evidence:
+        evidence = clean_evidence(qa.get("evidence") or [], every)
+        if evidence and set(evidence) <= known:
             yield Question(index, int(qa["category"]), qa["question"], evidence)
 
 
@@ -534,18 +567,32 @@ class Tuner:
     needs neither); each setting's recall computed once for every question of categories 1-4,
     so choosing on one half and measuring on the other are two reads of the same numbers."""
 
-    def __init__(self, samples: list[dict[str, Any]], progress: Callable | None = None):
+    def __init__(
+        self,
+        samples: list[dict[str, Any]],
+        progress: Callable | None = None,
+        *,
+        single_speaker: bool = False,
+    ):
         from llm.text import time_named
 
         self.loaded: list[Loaded] = []
         self.questions: list[list[Question]] = []
         self.plain: list[list[dict[str, float]]] = []
-        for index, sample in enumerate(samples):
-            loaded = load_conversation(sample, index, observations=False)
-            asked = [q for q in questions(sample, index, set(loaded.turn_text)) if q.category != 5]
+        self.halves: list[str] = []  # each log's half (two logs a conversation: single speaker)
+        logs = [
+            (index, sample, speaker)
+            for index, sample in enumerate(samples)
+            for speaker in (speakers(sample) if single_speaker else [None])
+        ]
+        for index, sample, speaker in logs:
+            loaded = load_conversation(sample, index, observations=False, speaker=speaker)
+            known = set(loaded.turn_text)
+            asked = [q for q in questions(sample, index, known, speaker=speaker) if q.category != 5]
             turns = list(loaded.turn_text.items())
             self.loaded.append(loaded)
             self.questions.append(asked)
+            self.halves.append(half_of(index))
             self.plain.append(
                 [recall_at("plain", plain_ranked(q.text, turns), q.evidence) for q in asked]
             )
@@ -615,11 +662,14 @@ class Tuner:
         return mean(
             [
                 row[column]
-                for c in HALVES[half]
+                for c in self.logs(half)
                 for n, row in enumerate(values[c])
                 if not timed or self.names_time[c][n]
             ]
         )
+
+    def logs(self, half: str) -> list[int]:
+        return [c for c, of in enumerate(self.halves) if of == half]
 
 
 def choose(
@@ -712,8 +762,8 @@ def tune_report(tuner: Tuner) -> tuple[str, dict[str, Setting]]:
         ablation.append(f"| {name} | {lines_} |")
     plain_row = [tuner.mean(None, h, timed=t) for h in ("B", "A") for t in (False, True)]
     ablation.append("| plain BM25 | " + " | ".join(f"{v:.3f}" for v in plain_row) + " |")
-    counts = {h: sum(len(tuner.questions[c]) for c in HALVES[h]) for h in HALVES}
-    timed = {h: sum(sum(tuner.names_time[c]) for c in HALVES[h]) for h in HALVES}
+    counts = {h: sum(len(tuner.questions[c]) for c in tuner.logs(h)) for h in HALVES}
+    timed = {h: sum(sum(tuner.names_time[c]) for c in tuner.logs(h)) for h in HALVES}
     note = (
         f"Halves: A = conversations 0-4 ({counts['A']} questions of categories 1-4, "
         f"{timed['A']} naming a time), B = 5-9 ({counts['B']}, {timed['B']}). Spread of the "
@@ -721,6 +771,54 @@ def tune_report(tuner: Tuner) -> tuple[str, dict[str, Setting]]:
     )
     text = note + "\n".join(summary) + "\n" + "\n".join(lines) + "\n" + "\n".join(ablation)
     return text, chosen
+
+
+# --- length normalisation on two shapes ---------------------------------------------------------
+
+# BM25's length normalisation, each option from the shipped setting (search.TUNING) with these
+# changes: whose mean length (the query's candidates, or the owner's messages), b, and BM25+'s
+# lower bound on a matching term's weight.
+LENGTH_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("candidates' mean, b 0.75", {"avgdl": "candidates", "b": 0.75, "delta": 0.0}),
+    ("candidates' mean, b 0.5", {"avgdl": "candidates", "b": 0.5, "delta": 0.0}),
+    ("candidates' mean, b 0.3", {"avgdl": "candidates", "b": 0.3, "delta": 0.0}),
+    ("candidates' mean, b 0.75, BM25+ δ 1", {"avgdl": "candidates", "b": 0.75, "delta": 1.0}),
+    ("collection's mean, b 0.75", {"avgdl": "collection", "b": 0.75, "delta": 0.0}),
+    ("collection's mean, b 0.5", {"avgdl": "collection", "b": 0.5, "delta": 0.0}),
+    ("collection's mean, b 0.3", {"avgdl": "collection", "b": 0.3, "delta": 0.0}),
+    ("collection's mean, b 0.75, BM25+ δ 0.5", {"avgdl": "collection", "b": 0.75, "delta": 0.5}),
+    ("collection's mean, b 0.75, BM25+ δ 1", {"avgdl": "collection", "b": 0.75, "delta": 1.0}),
+]
+SHAPES = {"dialogue": False, "single speaker": True}
+
+
+def lengths_report(tuners: dict[str, Tuner]) -> str:
+    """recall@10 of every LENGTH_OPTIONS option on both shapes and both halves; the option
+    chosen on half A (the mean of the two shapes' A), measured on B."""
+    from sessions_app.search import TUNING
+
+    header = " | ".join(f"{shape} {half}" for shape in tuners for half in HALVES)
+    lines = [
+        f"| length normalisation | {header} | A, both shapes | |",
+        "|---|" + "---|" * (len(tuners) * len(HALVES) + 2),
+    ]
+    rows = []
+    for label, changes in LENGTH_OPTIONS:
+        setting = Setting("snowball", replace(TUNING, **changes))
+        cells = [tuner.mean(setting, half) for tuner in tuners.values() for half in HALVES]
+        rows.append((label, cells, mean([tuner.mean(setting, "A") for tuner in tuners.values()])))
+    best = max(rows, key=lambda row: row[2])[0]  # the first of equals
+    for label, cells, on_a in rows:
+        shown = " | ".join(f"{v:.3f}" for v in cells)
+        lines.append(f"| {label} | {shown} | {on_a:.3f} | {'✓' if label == best else ''} |")
+    plain = [tuner.mean(None, half) for tuner in tuners.values() for half in HALVES]
+    lines.append("| plain BM25 | " + " | ".join(f"{v:.3f}" for v in plain) + " | | |")
+    counts = ", ".join(
+        f"{shape}: A {sum(len(t.questions[c]) for c in t.logs('A'))}, "
+        f"B {sum(len(t.questions[c]) for c in t.logs('B'))}"
+        for shape, t in tuners.items()
+    )
+    return f"Questions of categories 1-4: {counts}.\n\n" + "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -736,6 +834,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="choose the search settings on one half, measure them on the other (message "
         "search only; needs all ten conversations)",
+    )
+    parser.add_argument(
+        "--lengths",
+        action="store_true",
+        help="compare BM25 length normalisations on both shapes, dialogue and single speaker "
+        "(message search only; needs all ten conversations)",
+    )
+    parser.add_argument(
+        "--single-speaker",
+        action="store_true",
+        help="with --tune: each speaker's turns alone, as their own log, with the questions "
+        "whose evidence is all in them",
     )
     parser.add_argument(
         "--warm-capacity",
@@ -754,10 +864,15 @@ def main(argv: list[str] | None = None) -> int:
     samples = json.loads(args.data.read_text(encoding="utf-8"))
     if args.tune and args.without_next_turn:
         parser.error("--without-next-turn is an ablation of the default run, not of --tune")
-    if args.tune and len(samples) != sum(len(h) for h in HALVES.values()):
-        parser.error(f"--tune needs the ten conversations of locomo10.json, not {len(samples)}")
+    if args.single_speaker and not args.tune:
+        parser.error("--single-speaker is a shape for --tune (--lengths runs both shapes)")
+    whole = args.tune or args.lengths
+    if whole and len(samples) != sum(len(h) for h in HALVES.values()):
+        parser.error(
+            f"--tune and --lengths need the ten conversations of locomo10.json, not {len(samples)}"
+        )
     limit = 2 if args.quick else args.conversations
-    samples = samples[:limit] if limit and not args.tune else samples
+    samples = samples[:limit] if limit and not whole else samples
     # LoCoMo's times have no zone: read as UTC, and so are the days that questions name.
     os.environ.setdefault("ETHAN_TIME_ZONE", "UTC")
     # With ETHAN_HOME given, that (fresh) home is used as it is: .bench-home, which another
@@ -769,12 +884,28 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {done}/{total} ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
 
     if args.tune:
-        text, _chosen = tune_report(Tuner(samples, progress))
+        text, _chosen = tune_report(Tuner(samples, progress, single_speaker=args.single_speaker))
+        print(text)
+        if not args.no_record:
+            shape = ", single-speaker logs" if args.single_speaker else ""
+            note = f"Message search only{shape}; {time.perf_counter() - started:.0f} s.\n\n"
+            append_results(
+                "LoCoMo recall: tuned on one half, measured on the other",
+                command_line("bench.locomo_recall", argv),
+                note + text,
+            )
+        return 0
+    if args.lengths:
+        tuners = {
+            shape: Tuner(samples, progress, single_speaker=single)
+            for shape, single in SHAPES.items()
+        }
+        text = lengths_report(tuners)
         print(text)
         if not args.no_record:
             note = f"Message search only; {time.perf_counter() - started:.0f} s.\n\n"
             append_results(
-                "LoCoMo recall: tuned on one half, measured on the other",
+                "LoCoMo recall: length normalisation on two shapes",
                 command_line("bench.locomo_recall", argv),
                 note + text,
             )

@@ -15,7 +15,9 @@ over the candidates:
 
 with tf(t, d) = own count + context_weight * context count (|d| likewise), N the owner's
 number of documents of that kind, df counted over the candidates (exact unless the candidate
-cap was reached) and avgdl their mean length. Message search prefers the messages from the
+cap was reached) and avgdl a mean length: for messages the owner's (TUNING.avgdl; a sample of
+their recent messages, whichever words the query has), for facts and episodes the candidates'.
+Message search prefers the messages from the
 time a question names ("last May", "上周"). The values are in TUNING; docs/search.md has the
 held-back LoCoMo numbers behind each.
 """
@@ -55,6 +57,14 @@ class Tuning:
     time_boost: float = 2.0
     time_before_days: int = 1
     time_after_days: int = 7
+    # Whose mean length message search normalises by: "collection", the owner's messages (a
+    # sample that does not depend on the query: sessions_app.selectors._history_size), or
+    # "candidates", the rows the query matched, which made a row's normalisation change with
+    # the other words of the question. Facts and episodes still use their candidates'.
+    avgdl: str = "collection"
+    # BM25+'s lower bound on a matching term's weight (0: plain BM25). Tried at 0.5 and 1: no
+    # better on either shape (docs/search.md), kept at 0 for bench.locomo_recall --lengths.
+    delta: float = 0.0
 
 
 TUNING = Tuning()
@@ -355,6 +365,23 @@ def messages_reindex_batches(*, batch: int) -> Iterator[ReindexStep]:
         yield ReindexStep(total=total, done=total, changed=messages_reindex(group))
 
 
+def length_sql(column: str) -> str:
+    """SQL for a row's length as bm25 counts it (its own tokens, plus the context weight, a
+    parameter, times the tokens after CONTEXT_MARK), from `column`, its search_tokens: the
+    tokens are single-space separated with a space on both sides, so a row holds one token
+    fewer than spaces."""
+    mark = f"STRPOS({column}, '{CONTEXT_MARK}')"
+    if connection.vendor != "postgresql":
+        mark = f"INSTR({column}, '{CONTEXT_MARK}')"
+
+    def tokens(text: str) -> str:
+        return f"(LENGTH({text}) - LENGTH(REPLACE({text}, ' ', '')) - 1)"
+
+    own = tokens(f"SUBSTR({column}, 1, {mark})")  # up to the mark: " a b |" holds a, b
+    every = tokens(column)  # the mark included
+    return f"CASE WHEN {mark} > 0 THEN {own} + %s * ({every} - {own} - 1) ELSE {every} END"
+
+
 @dataclass(frozen=True)
 class Ranked:
     item: Any
@@ -369,11 +396,14 @@ def bm25(
     k1: float | None = None,
     b: float | None = None,
     context_weight: float | None = None,
+    avgdl: float | None = None,
 ) -> list[Ranked]:
     """Rank (item, search_tokens) pairs for `terms`, best first; items sharing nothing are
-    dropped. k1, b and the context weight default to TUNING's."""
+    dropped. k1, b and the context weight default to TUNING's. `avgdl` is the mean length of
+    the collection (length_sql's, over the owner's rows); without it, the candidates' mean."""
     k1 = TUNING.k1 if k1 is None else k1
     b = TUNING.b if b is None else b
+    delta = TUNING.delta
     weight = TUNING.context_weight if context_weight is None else context_weight
     if not terms:
         return []
@@ -403,7 +433,8 @@ def bm25(
     if not found:
         return []
     n = max(total_docs, len(found))
-    avgdl = sum(length for _item, length, _counts in found) / len(found) or 1.0
+    if not avgdl:
+        avgdl = sum(length for _item, length, _counts in found) / len(found) or 1.0
     idf = {term: math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5)) for term in df}
     ranked = []
     for item, length, counts in found:
@@ -411,7 +442,7 @@ def bm25(
             continue
         score = 0.0
         for term, tf in counts:
-            score += idf[term] * tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
+            score += idf[term] * (delta + tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl)))
         ranked.append(Ranked(item=item, score=score))
     ranked.sort(key=lambda r: -r.score)
     return ranked

@@ -11,11 +11,13 @@ from django.db.models import BooleanField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from sessions_app import search
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import (
     Ranked,
     bm25,
+    length_sql,
     newest_matching,
     prefer_time,
     query_parse,
@@ -74,6 +76,10 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session).order_by("seq")
 
 
+# The sample BM25's mean length is taken over: the messages (at most the second number) of the
+# owner's most recently active sessions (the first): read through the (owner, updated_at) and
+# (session, seq) indexes, a few milliseconds whatever the size of the history.
+LENGTH_SAMPLE = (20, 2000)
 # What a candidate message is read as: enough to rank it (its tokens, its time) and to pick a
 # session's best match (session, content); the few results are then read whole, by id.
 CANDIDATE_FIELDS = ["id", "session_id", "content", "search_tokens", "created_at"]
@@ -91,22 +97,31 @@ def _session_among(ids: list[str]):
     return Q(pk__in=ids)
 
 
-def _history_size(*, owner: AbstractBaseUser) -> tuple[int, int | None]:
-    """(the owner's message count, BM25's N; the highest message id) in one query. The count is
-    summed from the sessions' counters through an index (no message is read); the id bounds
-    search's newest-first windows (search.newest_matching)."""
+def _history_size(*, owner: AbstractBaseUser) -> tuple[int, int | None, float | None]:
+    """(the owner's message count, BM25's N; the highest message id; the mean length of the
+    owner's messages, BM25's avgdl) in one query. The count is summed from the sessions'
+    counters through an index (no message is read); the id bounds search's newest-first
+    windows (search.newest_matching). The mean length is taken over a sample that does not
+    depend on the query (LENGTH_SAMPLE), so a message's normalisation does not change with the
+    words a question happens to share with others."""
     # ORDER BY last_seq: PostgreSQL then reads the (owner_id, last_seq) index alone
     # (session_owner_seq_total) instead of every session row; the sum is the same. SQLite has
     # no such index and would sort for nothing.
     order = " ORDER BY last_seq" if connection.vendor == "postgresql" else ""
+    sessions, messages = ChatSession._meta.db_table, Message._meta.db_table
+    sessions_sampled, messages_sampled = LENGTH_SAMPLE
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT SUM(last_seq) FROM (SELECT last_seq FROM {ChatSession._meta.db_table}"
-            f" WHERE owner_id = %s{order}) owned), (SELECT MAX(id) FROM {Message._meta.db_table})",
-            [owner.pk],
+            f"SELECT (SELECT SUM(last_seq) FROM (SELECT last_seq FROM {sessions}"
+            f" WHERE owner_id = %s{order}) owned), (SELECT MAX(id) FROM {messages}),"
+            f" (SELECT AVG({length_sql('sample.search_tokens')}) FROM (SELECT search_tokens"
+            f" FROM {messages} WHERE session_id IN (SELECT id FROM {sessions} WHERE owner_id = %s"
+            f" ORDER BY updated_at DESC LIMIT {sessions_sampled}) AND search_tokens <> ''"
+            f" LIMIT {messages_sampled}) sample)",
+            [owner.pk, search.TUNING.context_weight, owner.pk],
         )
-        total, newest = cursor.fetchone()
-    return int(total or 0), newest
+        total, newest, mean_length = cursor.fetchone()
+    return int(total or 0), newest, float(mean_length) if mean_length else None
 
 
 def _messages_ranked(
@@ -134,7 +149,7 @@ def _messages_ranked(
         )
         return [row for row in batch if row[_SESSION] in mine]
 
-    total, newest = _history_size(owner=owner)
+    total, newest, mean_length = _history_size(owner=owner)
     rows = newest_matching(
         messages.filter(session__owner=owner),
         terms,
@@ -143,7 +158,8 @@ def _messages_ranked(
         unscoped=messages,
         keep=owners_only,
     )
-    return bm25(terms, ((row, row[_TOKENS]) for row in rows), total)
+    avgdl = mean_length if search.TUNING.avgdl == "collection" else None
+    return bm25(terms, ((row, row[_TOKENS]) for row in rows), total, avgdl=avgdl)
 
 
 def messages_search(

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from bench import locomo_recall as locomo
+from sessions_app.models import Message
 
 SAMPLE = {
     "sample_id": "tiny",
@@ -209,3 +210,23 @@ def test_suffix_stemming_is_swapped_in_and_back():
     with locomo.stemming("suffix"):
         assert tokenize("liked painting") == ["lik", "paint"]
     assert tokenize("liked painting") == ["like", "paint"]
+
+
+@pytest.mark.django_db
+def test_a_single_speakers_log_holds_their_turns_and_the_questions_on_them():
+    loaded = locomo.load_conversation(SAMPLE, 0, observations=False, speaker="Bo")
+    assert set(loaded.turn_text) == {"D1:2", "D1:4", "D2:2"}
+    # Every message is the person's own (a user turn).
+    rows = Message.objects.filter(session__owner=loaded.owner).order_by("session_id", "seq")
+    assert [(m.role, m.seq) for m in rows] == [("user", 1), ("user", 2), ("user", 1)]
+    # The neighbours a message carries are the same person's previous and next messages.
+    assert "welcom" in rows[1].search_tokens.split("|")[1]
+    asked = list(locomo.questions(SAMPLE, 0, set(loaded.turn_text), speaker="Bo"))
+    assert [q.text for q in asked] == ["What is the name of Bo's cat?"]
+    ada = locomo.load_conversation(SAMPLE, 0, observations=False, speaker="Ada")
+    asked = list(locomo.questions(SAMPLE, 0, set(ada.turn_text), speaker="Ada"))
+    # D1:3's question keeps it (D1:99 names no turn); none of Bo's turns is evidence here.
+    assert [q.text for q in asked] == [
+        "Where does Ada's sister live?",
+        "What instrument did Ada start learning?",
+    ]
