@@ -776,8 +776,8 @@ def tune_report(tuner: Tuner) -> tuple[str, dict[str, Setting]]:
 # --- length normalisation on two shapes ---------------------------------------------------------
 
 # BM25's length normalisation, each option from the shipped setting (search.TUNING) with these
-# changes: whose mean length (the query's candidates, or the owner's messages), b, and BM25+'s
-# lower bound on a matching term's weight.
+# changes: whose mean length (the query's candidates, or the owner's messages), b, and a lower
+# bound on a matching term's weight (BM25+, BM25L).
 LENGTH_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("candidates' mean, b 0.75", {"avgdl": "candidates", "b": 0.75, "delta": 0.0}),
     ("candidates' mean, b 0.5", {"avgdl": "candidates", "b": 0.5, "delta": 0.0}),
@@ -788,7 +788,11 @@ LENGTH_OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("collection's mean, b 0.3", {"avgdl": "collection", "b": 0.3, "delta": 0.0}),
     ("collection's mean, b 0.75, BM25+ δ 0.5", {"avgdl": "collection", "b": 0.75, "delta": 0.5}),
     ("collection's mean, b 0.75, BM25+ δ 1", {"avgdl": "collection", "b": 0.75, "delta": 1.0}),
-]
+    ("candidates' mean, b 0.75, BM25L δ 0.5",
+     {"avgdl": "candidates", "b": 0.75, "delta": 0.5, "lower_bound": "L"}),
+    ("collection's mean, b 0.75, BM25L δ 0.5",
+     {"avgdl": "collection", "b": 0.75, "delta": 0.5, "lower_bound": "L"}),
+]  # fmt: skip
 SHAPES = {"dialogue": False, "single speaker": True}
 
 

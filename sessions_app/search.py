@@ -62,8 +62,11 @@ class Tuning:
     # "candidates", the rows the query matched, which made a row's normalisation change with
     # the other words of the question. Facts and episodes still use their candidates'.
     avgdl: str = "collection"
-    # BM25+'s lower bound on a matching term's weight (0: plain BM25). Tried at 0.5 and 1: no
-    # better on either shape (docs/search.md), kept at 0 for bench.locomo_recall --lengths.
+    # A lower bound on a matching term's weight, so a long row is not normalised down to
+    # nothing: BM25+ (`lower_bound` "plus": delta added to each matching term's weight) or
+    # BM25L ("L": delta added to the length-normalised tf). Tried, no better on either shape
+    # (docs/search.md): delta 0, kept for bench.locomo_recall --lengths.
+    lower_bound: str = "plus"
     delta: float = 0.0
 
 
@@ -442,7 +445,12 @@ def bm25(
             continue
         score = 0.0
         for term, tf in counts:
-            score += idf[term] * (delta + tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl)))
+            norm = 1 - b + b * length / avgdl
+            if TUNING.lower_bound == "L":
+                ctd = tf / norm + delta
+                score += idf[term] * (k1 + 1) * ctd / (k1 + ctd)
+            else:
+                score += idf[term] * (delta + tf * (k1 + 1) / (tf + k1 * norm))
         ranked.append(Ranked(item=item, score=score))
     ranked.sort(key=lambda r: -r.score)
     return ranked

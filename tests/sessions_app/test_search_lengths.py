@@ -3,9 +3,12 @@ messages, not of the candidates a query happened to match."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 
-from sessions_app import selectors
+from sessions_app import search, selectors
 from sessions_app.models import Message
 from sessions_app.search import CONTEXT_MARK, bm25
 
@@ -68,3 +71,15 @@ def test_message_search_normalises_by_the_owners_mean_length(owner, other_owner,
     assert alone[0].item.content == "I visited Lisbon in May"
     first_turn = next(r for r in beside_porto if r.item.pk == lisbon)
     assert first_turn.score == pytest.approx(alone[0].score)
+
+
+@pytest.mark.parametrize("lower_bound", ["plus", "L"])
+def test_a_lower_bound_keeps_a_very_long_rows_match_worth_something(monkeypatch, lower_bound):
+    monkeypatch.setattr(search, "TUNING", replace(search.TUNING, lower_bound=lower_bound))
+    docs = [("long", " lisbon " + "word " * 500), ("short", " porto ")]
+    plain = bm25(["lisbon"], docs, 100, avgdl=5.0)[0].score
+    monkeypatch.setattr(search, "TUNING", replace(search.TUNING, delta=0.5))
+    bounded = bm25(["lisbon"], docs, 100, avgdl=5.0)[0].score
+    idf = math.log(1 + (100 - 1 + 0.5) / (1 + 0.5))
+    assert plain < 0.05 * idf  # normalised down to almost nothing
+    assert bounded > 0.3 * idf
