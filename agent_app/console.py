@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 
 import llm
-from agent_app.lifecycle import session_finish
+from agent_app.lifecycle import session_finish, sessions_finish_pending
 from agent_app.turn import (
     Delta,
     Done,
@@ -57,6 +58,10 @@ OFFLINE_NOTE = (
     "openai:llama3.1 with OPENAI_BASE_URL for a local server) in the environment or in "
     "$ETHAN_HOME/config.yaml."
 )
+
+# Said while an embedded console writes a conversation's memory before it exits / at start.
+REMEMBERING = "Remembering this conversation…"
+REMEMBERING_EARLIER = "Remembered your earlier conversation."
 
 # How many earlier messages to show when a session is resumed.
 RESUME_TAIL = 6
@@ -228,6 +233,10 @@ class Console:
         session_finish(session=self.session)
 
     def run(self) -> None:
+        if settings.ETHAN_EMBEDDED and sessions_finish_pending(owner=self.owner):
+            # An earlier console's end-of-session work did not run (the model was down when
+            # it exited): no worker or sweep runs here, so it is done now.
+            self.say(REMEMBERING_EARLIER)
         model = self.model
         if not self.session.is_persisted:
             self.say(f"Ethan ({model}): new session {self.session.id}. /help for commands.")
@@ -341,6 +350,10 @@ class Console:
         self._leave_session()
         # The design's exit clean-up: sessions that never got a message leave no trace.
         services.sessions_cleanup_empty(owner=self.owner)
+        if settings.ETHAN_EMBEDDED and self.session.is_persisted:
+            # Embedded, the session's episode and last facts are written here, before the
+            # process ends (with a broker, a worker does it): say why the exit waits.
+            self.say(REMEMBERING)
         run_deferred()
         if self.session.is_persisted:
             again = ["-r", self.session.id]

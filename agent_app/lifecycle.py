@@ -1,6 +1,7 @@
 """A session's life after its first message, in one place: how it is finished (console exit,
 /new, a Lark chat gone idle), how idle API and Lark sessions are closed (they have no exit),
-how its episode is written, and how sessions left empty are removed. The services, and the
+how its episode is written together with its last facts, and how sessions left empty are
+removed. The services, and the
 Celery tasks that run them in the background.
 
 A session is started lazily by the turn (sessions_app.services.session_start, with its first
@@ -10,18 +11,26 @@ lives here, in agent_app.
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
+from django.db.models import F
 
 from episodes_app import services as episode_services
 from ethan_site.queue import enqueue, ethan_task
+from memory_app.consolidator import consolidation_finish
 from memory_app.models import WorkingState
+from memory_app.working import sessions_consolidation_due
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession
+
+log = logging.getLogger(__name__)
 
 
 def session_finish(*, session: ChatSession) -> None:
     """A session is over for now (console exit, /new, a chat gone idle): mark it ended and,
-    after the commit, write its episode (sessions under two rounds get none)."""
+    after the commit, write its episode and extract the facts of its rounds not extracted yet
+    (sessions under two rounds get no episode, but their facts)."""
     session_services.session_end(session=session)
     if session.is_persisted:
         enqueue(session_episode_write_task, session.pk)
@@ -29,7 +38,8 @@ def session_finish(*, session: ChatSession) -> None:
 
 def sessions_finish_idle() -> list[str]:
     """End the API and Lark sessions idle past ETHAN_SESSION_IDLE_MINUTES (a console session
-    ends when the console does) and, after the commit, write their episodes. Returns their ids;
+    ends when the console does) and, after the commit, write their episodes and last facts
+    (session_episode_write). Returns their ids;
     a second run, or a racing one, ends none of them again."""
     closed = session_services.sessions_close_idle(idle_minutes=settings.ETHAN_SESSION_IDLE_MINUTES)
     for session_id in closed:
@@ -38,10 +48,13 @@ def sessions_finish_idle() -> list[str]:
 
 
 def session_episode_write(*, session_id: str) -> bool:
-    """Write the episode of an ended session, reading its rolling summary too for a long one.
-    False when the session is gone or has no episode (under two rounds). Safe to run twice:
+    """The end of a session's memory work, in one call to the compression model: its episode
+    (reading its rolling summary too for a long one) and the facts of the rounds not extracted
+    yet, the hot zone (memory_app.consolidator.consolidation_finish). False when the session is
+    gone or has no episode (under two rounds: its facts are still extracted). Safe to run twice
+    and to be killed: the facts are stored with the claim of their rounds, exactly once, and
     the episode is updated in place, by session."""
-    session = ChatSession.objects.filter(pk=session_id).first()
+    session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
         return False
     rolling = (
@@ -50,7 +63,33 @@ def session_episode_write(*, session_id: str) -> bool:
         .first()
         or ""
     )
-    return episode_services.episode_write(session=session, earlier_summary=rolling) is not None
+    summary = consolidation_finish(
+        session=session,
+        episode_first=episode_services.episode_first_round(session=session),
+        earlier_summary=rolling,
+    )
+    episode = episode_services.episode_write(
+        session=session, earlier_summary=rolling, summary=summary
+    )
+    return episode is not None
+
+
+def sessions_finish_pending(*, owner) -> int:
+    """The owner's ended sessions whose end-of-session work did not run (a console that
+    exited while the model was down, an embedded process stopped before its deferred work)
+    get it now: their episode and last facts. Returns how many. The embedded console runs it
+    at start, where no worker or periodic sweep does."""
+    ended = ChatSession.objects.filter(owner=owner, ended_at__isnull=False)
+    pending = sessions_consolidation_due(ended).filter(round_count__gt=F("due_extracted_through"))
+    count = 0
+    for session_id in pending.values_list("pk", flat=True):
+        try:
+            session_episode_write(session_id=session_id)
+        except Exception:  # the model still down: it stays pending, the console starts
+            log.exception("end-of-session work of %s failed again", session_id)
+            continue
+        count += 1
+    return count
 
 
 @ethan_task(name="episodes.write")

@@ -36,10 +36,27 @@ def episodes_reindex(*, batch: int) -> Iterator[ReindexStep]:
     )
 
 
-def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode | None:
+def episode_first_round(*, session: ChatSession) -> int | None:
+    """The first round the session's episode summarises (its latest SUMMARY_ROUNDS), or None
+    when no episode is to be written: fewer than two rounds, or the episode already covers
+    every round."""
+    session.refresh_from_db(fields=["round_count", "model", "ended_at"])
+    if session.round_count < MIN_ROUNDS:
+        return None
+    existing = Episode.objects.filter(owner_id=session.owner_id, session_ref=session.pk)
+    if existing.filter(turn_count=session.round_count).exists():
+        return None
+    return max(1, session.round_count - SUMMARY_ROUNDS + 1)
+
+
+def episode_write(
+    *, session: ChatSession, earlier_summary: str = "", summary: str | None = None
+) -> Episode | None:
     """Write (or, for a resumed session that grew, update) the session's episode. Sessions with
     fewer than two rounds have none. The summary comes from the compression model, reading the
-    latest rounds and, for a long session, `earlier_summary` (its rolling summary)."""
+    latest rounds and, for a long session, `earlier_summary` (its rolling summary); or it is
+    `summary`, made by the caller from the same rounds (the session's end consolidation, which
+    extracts the session's last facts in the same call)."""
     session.refresh_from_db(fields=["round_count", "model", "ended_at"])
     if session.round_count < MIN_ROUNDS:
         return None
@@ -51,7 +68,8 @@ def episode_write(*, session: ChatSession, earlier_summary: str = "") -> Episode
     if earlier_summary.strip() and first > 1:
         messages = [LLMMessage.user(f"[对话摘要]\n{earlier_summary.strip()}"), *messages]
     model = llm.compression_model(session.model or llm.default_model())
-    summary = llm_memory.summarize(model=model, rounds=messages)
+    if summary is None:
+        summary = llm_memory.summarize(model=model, rounds=messages)
     said = [m.content for m in messages if m.role == "user"]
     episode, _ = Episode.objects.update_or_create(
         owner_id=session.owner_id,

@@ -156,14 +156,14 @@ def test_the_console_answers_with_the_persons_own_model(owner, fakes):
     openai = fakes["openai"]
     OwnerSettings.objects.create(owner=owner, values={"model": "gpt-4o"})
     openai.fake.reply(openai.text("from gpt-4o"))
+    openai.fake.reply(openai.text('{"facts": []}'))  # its end: the round's facts, on gpt-4o-mini
     out = chat("--user", "ada", stdin="hello\n")
     session = ChatSession.objects.get()
     assert out.splitlines()[0].startswith("Ethan (gpt-4o): new session")
     assert "from gpt-4o" in out and session.model == "gpt-4o"
-    assert openai.fake.requests[-1].body["model"] == "gpt-4o"
     chat("--user", "ada", "--model", "offline", stdin="hello\n")
     assert ChatSession.objects.latest("created_at").model == "offline"
-    assert len(openai.fake.requests) == 1
+    assert [r.body["model"] for r in openai.fake.requests] == ["gpt-4o", "gpt-4o-mini"]
 
 
 def test_the_reply_is_printed_as_it_streams(owner, fakes):

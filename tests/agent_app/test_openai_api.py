@@ -175,6 +175,7 @@ def test_the_memory_tools_run_inside_and_the_client_sees_the_reply(client_for, o
 
     openai_fake = fakes["openai"]
     openai_fake.fake.reply(openai_fake.text("An Americano."))
+    openai_fake.fake.reply(openai_fake.text('{"facts": []}'))  # the console's end: its facts
     call_command(
         "ethan_chat",
         "--user",
@@ -184,7 +185,7 @@ def test_the_memory_tools_run_inside_and_the_client_sees_the_reply(client_for, o
         stdout=StringIO(),
         stdin=StringIO("我喜欢喝什么咖啡？\n"),
     )
-    [request] = openai_fake.fake.requests
+    [request] = [r for r in openai_fake.fake.requests if r.body["model"] == "gpt-4o"]
     system = openai_fake.system_of(request.body)
     assert "<memory_context>" in system and fact.content in system
     console = ChatSession.objects.get(channel="console")

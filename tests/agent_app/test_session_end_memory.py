@@ -1,0 +1,131 @@
+"""Every conversation is remembered when it ends, not only long ones: the facts of the rounds
+still in the hot zone are extracted in the same call that writes the episode, when a console
+exits (embedded: before the process ends, or at the next start if the model was down then)
+and when an API session is closed idle."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from agent_app.lifecycle import sessions_finish_idle_task
+from episodes_app.models import Episode
+from ethan_site import queue
+from memory_app.models import Fact, WorkingState
+from sessions_app.models import ChatSession, Message
+from tests.conftest import run_ethan
+from tests.fakes.base import Reply
+from tests.fakes.openai_fake import FakeOpenAI, MiniModel
+
+SAID = ["I live in Lisbon.", "我女儿叫小米。", "My dog is called Max.", "下周我要去东京出差。"]
+
+
+class CompressionDown(MiniModel):
+    """MiniModel whose compression model answers 503 while `down` (the chats still answer)."""
+
+    def __init__(self, fake: FakeOpenAI) -> None:
+        super().__init__()
+        self.fake = fake
+        self.down = False
+
+    def __call__(self, recorded):
+        if self.down and recorded.body["model"] != "gpt-4o":
+            return Reply(503, self.fake.error_body(503, "The server is overloaded"))
+        return super().__call__(recorded)
+
+
+def test_a_console_exit_remembers_the_conversation_for_the_next_run(tmp_path):
+    fake = FakeOpenAI()
+    mini = fake.responder = CompressionDown(fake)
+    env = {
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": f"{fake.url}/v1",
+        "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
+        "ETHAN_MODEL_RETRIES": "0",
+    }
+    try:
+        # The compression model is down as the first console exits: nothing is lost, the
+        # session's end is left for the next start.
+        mini.down = True
+        first = run_ethan(
+            ["--user", "ada", "--model", "gpt-4o"],
+            tmp_path,
+            stdin="\n".join(SAID[:2]) + "\n",
+            **env,
+        )
+        assert first.returncode == 0, first.stderr
+        assert "Remembering this conversation…" in first.stdout.splitlines()[-2]
+        assert mini.calls == []
+
+        mini.down = False
+        second = run_ethan(
+            ["--user", "ada", "--model", "gpt-4o"],
+            tmp_path,
+            stdin="\n".join(SAID[2:]) + "\n",
+            **env,
+        )
+        assert second.returncode == 0, second.stderr
+        assert second.stdout.splitlines()[0] == "Remembered your earlier conversation."
+        # The first conversation's facts were in the second one's prompt.
+        chats = [r.body for r in fake.requests if r.body["model"] == "gpt-4o"]
+        system = chats[2]["messages"][0]["content"]
+        assert "用户说过：I live in Lisbon." in system and "用户说过：我女儿叫小米。" in system
+        # Each conversation's end: one call for its episode and its facts.
+        assert mini.calls == ["consolidate", "consolidate"]
+        third = run_ethan(["--user", "ada"], tmp_path, stdin="/exit\n", **env)
+        assert "Remembered" not in third.stdout  # nothing left pending
+        assert mini.calls == ["consolidate", "consolidate"]
+    finally:
+        fake.close()
+
+
+@pytest.mark.django_db
+def test_a_six_round_api_session_closed_idle_has_its_facts_each_round_once(
+    owner, api_for, fakes, settings, django_capture_on_commit_callbacks
+):
+    """Six rounds over /api/chat (none leaves the hot zone), then idle: the one call at its
+    end writes the episode and a fact per round, each tied to its message."""
+    settings.ETHAN_EMBEDDED = True
+    mini = fakes["openai"].fake.responder = MiniModel()
+    client = api_for(owner)
+    session_id = None
+    said = [*SAID, "I work at Acme as a designer.", "我对花生过敏。"]
+    for text in said:
+        body = {
+            "message": text,
+            "model": "gpt-4o",
+            **({"session_id": session_id} if session_id else {}),
+        }
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post("/api/chat", body, format="json")
+        assert response.status_code == 200, response.content
+        session_id = response.json()["session_id"]
+        queue.run_deferred()
+    assert not Fact.objects.exists()  # the hot zone: nothing extracted while it is going on
+    ChatSession.objects.filter(pk=session_id).update(
+        updated_at=timezone.now() - timedelta(minutes=settings.ETHAN_SESSION_IDLE_MINUTES + 1)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_finish_idle_task() == 1
+    queue.run_deferred()
+
+    assert mini.calls == ["consolidate"]
+    facts = Fact.objects.filter(owner=owner).order_by("id")
+    assert [(fact.content, fact.source) for fact in facts] == [
+        (f"用户说过：{text}", "consolidator") for text in said
+    ]
+    users = Message.objects.filter(session_id=session_id, role="user").order_by("seq")
+    assert [list(fact.sources.all()) for fact in facts] == [[message] for message in users]
+    state = WorkingState.objects.get(session_id=session_id)
+    assert (state.compressed_through, state.extracted_through) == (0, 6)
+    episode = Episode.objects.get(session_ref=session_id)
+    assert (episode.summary, episode.turn_count) == ("摘要1", 6)
+
+    # Closed again (a second sweep, a redelivered task): nothing is extracted twice.
+    from agent_app.lifecycle import session_episode_write
+
+    assert session_episode_write(session_id=session_id) is True
+    assert mini.calls == ["consolidate"]
+    assert Fact.objects.count() == 6 and all(fact.hit_count == 1 for fact in facts)
