@@ -1,6 +1,6 @@
 """Consolidation on real Celery workers, Redis and PostgreSQL: turns consolidated in the
 background, two workers racing on one session, and a worker killed in the middle of a task
-(while summarising, and while extracting facts)."""
+(while summarising a batch, and while extracting a session's last facts at its end)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from agent_app.lifecycle import session_episode_write_task
 from agent_app.turn import turn_run
+from episodes_app.models import Episode
 from ethan_site import queue
 from memory_app.models import Fact, FactEvent, Summary, WorkingState
 from memory_app.tasks import consolidation_run_task
@@ -124,9 +126,9 @@ def test_a_worker_killed_mid_task_is_redelivered_without_duplicates(workers, own
     ) == [(1, 1), (2, 2)]
 
 
-class ExtractionHangs(MiniModel):
-    """MiniModel whose first extraction never comes back in time: the worker asking is killed
-    while it waits, after it has stored its summaries."""
+class EndOfSessionHangs(MiniModel):
+    """MiniModel whose first consolidating call (a session's end: its episode and last facts)
+    never comes back in time: the worker asking is killed while it waits."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -134,75 +136,55 @@ class ExtractionHangs(MiniModel):
 
     def __call__(self, recorded):
         system = recorded.body["messages"][0]["content"]
-        if "extract long-term memories" in system and not self.hung:
+        if "You do two things" in system and not self.hung:
             self.hung = True
-            self.calls.append("extract (hung)")
-            return Reply(body=FakeOpenAI.text('{"facts": []}'), delay=60)
+            self.calls.append("consolidate (hung)")
+            return Reply(body=FakeOpenAI.text('{"summary": "", "facts": []}'), delay=60)
         return super().__call__(recorded)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_worker_killed_mid_extraction_leaves_one_summary_per_batch_and_no_duplicate_facts(
-    workers, owner, settings
-):
-    # This process runs the same settings as the workers, for the redelivery at the end.
-    settings.ETHAN_MEMORY_HOT_SIZE = settings.ETHAN_MEMORY_COMPRESS_BATCH = 1
-    settings.ETHAN_MEMORY_WARM_CAPACITY = 2
+def test_a_worker_killed_during_end_of_session_extraction_leaves_the_facts_once(workers, owner):
     fake = FakeOpenAI()
-    model = fake.responder = ExtractionHangs()
+    model = fake.responder = EndOfSessionHangs()
     env = {
-        **SMALL,
-        "ETHAN_MEMORY_WARM_CAPACITY": "2",  # rounds 1-2 summarised, then extracted into facts
         "OPENAI_API_KEY": "test-key",
         "OPENAI_BASE_URL": f"{fake.url}/v1",
         "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
         "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3",
     }
     try:
+        # Three rounds, all in the hot zone: nothing extracted while the session went on.
         session = _session_with_rounds(owner, 3)
+        session_services.session_end(session=session)
         first = workers.start("doomed", pool="prefork", **env)
-        consolidation_run_task.delay(session.pk)
+        session_episode_write_task.delay(session.pk)
         assert wait_for(lambda: model.hung, timeout=30), first.log_path.read_text()[-3000:]
         workers.crash(first)
-        # It died holding the extraction: its summaries are stored, no fact is.
-        stored = Summary.objects.order_by("first_round")
-        assert list(stored.values_list("first_round", "last_round", "folded")) == [
-            (1, 1, False),
-            (2, 2, False),
-        ]
-        assert not Fact.objects.exists()
+        # It died holding the call: nothing of the session's end is stored.
+        assert not Fact.objects.exists() and not Episode.objects.exists()
 
         time.sleep(4)  # past the visibility timeout: a new worker takes the task back
         survivor = workers.start("survivor", pool="prefork", **env)
-        assert wait_for(
-            lambda: WorkingState.objects.filter(session=session, extracted_through=2).exists(),
-            timeout=90,
-        ), survivor.log_path.read_text()[-3000:]
-
-        summaries = Summary.objects.filter(session=session).order_by("first_round")
-        assert list(summaries.values_list("first_round", "last_round", "folded")) == [
-            (1, 1, True),
-            (2, 2, True),
+        assert wait_for(lambda: Episode.objects.filter(session=session).exists(), timeout=90), (
+            survivor.log_path.read_text()[-3000:]
+        )
+        state = WorkingState.objects.get(session=session)
+        assert (state.compressed_through, state.extracted_through) == (0, 3)
+        facts = Fact.objects.order_by("id")
+        assert [(fact.content, fact.hit_count) for fact in facts] == [
+            (f"用户说过：round {n}", 1) for n in (1, 2, 3)
         ]
-        assert sorted(Fact.objects.values_list("content", "hit_count")) == [
-            ("用户是后端工程师", 1),
-            ("用户更喜欢简短的回答", 1),
-        ]
-        assert list(FactEvent.objects.values_list("event", flat=True)) == [
-            FactEvent.Kind.ADD,
-            FactEvent.Kind.ADD,
-        ]
-        # The survivor found the summaries done and only redid the extraction.
-        assert model.calls == ["summarize", "summarize", "extract (hung)", "extract", "fold"]
+        assert [fact.sources.get().content for fact in facts] == ["round 1", "round 2", "round 3"]
+        assert list(FactEvent.objects.values_list("event", flat=True)) == [FactEvent.Kind.ADD] * 3
+        assert Episode.objects.get(session=session).summary == "摘要1"
+        # The survivor redid the one call: episode and facts together.
+        assert model.calls == ["consolidate (hung)", "consolidate"]
 
         # Delivered once more (a crash after the commit, before the acknowledgement): the
-        # moved cursors make it a no-op.
-        assert consolidation_run_task.apply(args=[session.pk]).get() == {
-            "summaries": 0,
-            "extractions": 0,
-            "facts": [],
-            "evicted": 0,
-        }
-        assert Fact.objects.count() == 2 and Summary.objects.count() == 2
+        # moved cursor and the episode up to date make it a no-op, with no model call.
+        assert session_episode_write_task.apply(args=[session.pk]).get() is True
+        assert model.calls == ["consolidate (hung)", "consolidate"]
+        assert Fact.objects.count() == 3 and Episode.objects.count() == 1
     finally:
         fake.close()
