@@ -10,8 +10,14 @@ keep every code path of the memory system working on a laptop with no key (and i
   "以后用中文回答我"; not "以后我会早点睡"), or "from now on/going forward/always/never"
   followed by an imperative verb ("always reply in English", "never use emoji", "from now
   on, don't use emoji"; not "Always a pleasure to talk to you" or "Never mind, forget it")).
-  After the tool results it confirms what it stored. A question that shares terms with a fact
-  in <memory_context> gets that fact back; otherwise a short acknowledgement.
+  After the tool results it confirms what it stored. A question (llm.text.is_question) is
+  never an instruction: "What do you remember about me?" writes nothing. A question about
+  the person is answered from memory, in their language and the second person: the
+  <memory_context> fact that answers it ("Where do I live?" → "You told me you live in
+  Lisbon.", "你说过你住在里斯本。"; "What do you remember about me?" lists them), else a
+  memory_search call, answered on the next step from its result: a fact, or the best past
+  message the person wrote with its day ("On 3 December you said: …"). Anything else gets a
+  short acknowledgement.
 
 Every completion says {"offline": True} in its meta; usage is our token estimate.
 
@@ -26,8 +32,10 @@ themselves, never from a prompt:
   (its provenance), and in companion mode the user's feelings for the profile's 心理与情绪
   section. Plain self-statements count at 0.8 with no signal word: who the person is and what
   they do ("我在杭州做后端工程师", "I work at Acme"), where they live, the people and pets in
-  their life ("我女儿叫小米", "my dog Max"), plans with a time ("下周去东京", "I'm flying to
-  Oslo next week"). It does not judge against known facts: the consolidator's rules do.
+  their life ("我女儿叫小米", "my dog Max"), plans ("我要去东京出差", "I'm going to learn
+  Japanese"), moves, jobs, allergies ("I moved to Porto", "我对花生过敏"). A question is
+  never a fact. It does not judge against known facts: the consolidator's rules do (with
+  fact_slot: "I moved to Porto" supersedes "I live in Lisbon").
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from llm.errors import ModelError
 from llm.memory import Consolidation, ExtractedFact, Extraction, Turn, render_fold_input
 from llm.provider import Request
 from llm.routing import OFFLINE
-from llm.text import language_of, overlap, sentences
+from llm.text import is_question, language_of, overlap, sentences, statements, tokenize
 from llm.tokens import estimate_tokens
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
@@ -125,8 +133,9 @@ _FACT_RULES = (
         "preference",
         0.8,
         re.compile(
-            r"我(?:很|最|更|不)?(?:喜欢|爱|讨厌)|"
-            r"\bI (?:really )?(?:like|love|hate|don't like|enjoy)\b",
+            r"我(?:很|最|更|不)?(?:喜欢|爱|讨厌)|我(?:从来)?不(?:吃|喝)|我吃素|"
+            r"\bI (?:really )?(?:like|love|hate|don't like|enjoy)\b|"
+            r"\bI (?:don't|never) (?:eat|drink)\b",
             re.IGNORECASE,
         ),
     ),
@@ -135,6 +144,12 @@ _FACT_RULES = (
         0.8,
         re.compile(
             r"决定|打算|定了|\b(?:I|we) (?:decided|will|are going to|plan to)\b|"
+            # A plan: 我要去东京出差, 我准备换工作, I'm going to learn Japanese, I'm planning to
+            # visit Rome (not 我要去睡觉了, I'm going to bed).
+            rf"我(?:{_WHEN_ZH})?(?:要|准备|计划|想要)(?:{_WHEN_ZH})?"
+            r"(?:去|搬|换|学|买|考|参加|出差)(?!睡|洗澡|吃饭|上厕所)|"
+            r"\b(?:I|we)(?:'m|'re| am| are) (?:going|planning) (?:to|on)\b"
+            r"(?! (?:bed|sleep|go|head off|be off)\b)|"
             # A plan with a time: 下周去东京, 明天飞上海, I'm flying to Oslo next week.
             rf"(?:{_WHEN_ZH})(?:要|会|就|准备|打算)?(?:去|飞|出差|搬|回|到)|"
             r"\bI(?:'m| am| will be|'ll be) (?:flying|going|moving|heading|travell?ing|driving)"
@@ -146,17 +161,97 @@ _FACT_RULES = (
         "knowledge",
         0.8,
         re.compile(
-            # Who the person is, what they do and where they live.
-            r"我是|我在.{1,12}(?:工作|上班|读书|上学|做|当|教)|我住在|我有|我的.{1,8}是|我叫|"
+            # Who the person is, what they do and where they live (or moved to), their health.
+            r"我是|我(?:现在|目前|已经)?在.{1,12}(?:工作|上班|读书|上学|做|当|教)|我住在|我有|"
+            r"我的.{1,8}是|我叫|我家在|我来自|我(?:已经|刚|最近|上个月|去年)?搬(?:到|去|家到)|"
+            r"我对.{1,12}过敏|我(?:换|找到)了?(?:新)?工作|我(?:已经)?(?:入职|跳槽)|"
+            rf"我(?:已经)?结婚|我(?:养|有)了?(?:一|两|三|几)?(?:只|条|个)?(?:{_KIN_ZH})|"
             r"\bI(?:'m| am) (?:a|an|the)\b|\bI (?:work|live|study|teach)\b|"
+            r"\bI(?:'ve| have)? (?:just |recently |finally )?(?:moved|relocated) to\b|"
+            r"\bI(?:'m| am) (?:allergic|intolerant) to\b|\bI(?:'m| am) from\b|\bI was born\b|"
+            r"\bI(?:'m| am) (?:married|engaged|divorced|vegetarian|vegan|retired|pregnant)\b|"
+            r"\bI (?:started|began) (?:working|a new job)\b|\bI (?:got|found) a (?:new )?job\b|"
+            r"\bI (?:just )?joined\b|"
             r"\bmy \w+(?: \w+)? is\b|"
             # People and pets in their life: 我女儿叫小米, 我家的猫叫 Miso, my dog Max.
             rf"我(?:家)?(?:的)?(?:{_KIN_ZH})(?:叫|是|名叫|今年)|"
-            rf"\bmy (?:{_KIN_EN})\b",
+            rf"\bmy (?:{_KIN_EN})\b|\bI have (?:a|an|one|two|three|four|\d+) (?:{_KIN_EN})\b",
             re.IGNORECASE,
         ),
     ),
 )
+# The slots a person has one value of at a time: where they live, whom they work for, what they
+# work as. A fact about the same slot with another value is news that replaces the old fact
+# ("I moved to Porto" after "I live in Lisbon"): memory_app.consolidator.decide_offline
+# supersedes it. The subject is the person (a fact about_user wrote, "The user …", or a
+# model's "用户…"), never someone else ("my sister lives in Paris"); plans are not slots
+# ("I'm moving to Porto next month" is a decision, not yet where they live).
+_SLOT_SUBJECT_EN = (
+    r"^(?:user\s*[:：]\s*)?(?:the user|user|i|you)(?:['’](?:ve|m|re))?\s+"
+    r"(?:(?:now|currently|still|just|recently|finally|also|have|has|had|am|is|are)\s+)*"
+)
+_SLOT_SUBJECT_ZH = r"^(?:用户|我)(?:现在|目前|已经|刚刚?|最近|去年|上个月|今年)*"
+_SLOT_VALUE_EN = r"\s+(?P<v>.+)"
+_SLOTS = (
+    (
+        "residence",
+        re.compile(
+            _SLOT_SUBJECT_EN
+            + r"(?:live|lives|living|moved|relocated)\s+(?:in|to)"
+            + _SLOT_VALUE_EN,
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "residence",
+        re.compile(_SLOT_SUBJECT_ZH + r"(?:住在|搬到了?|搬去了?|搬家到|定居在?)(?P<v>.+)"),
+    ),
+    (
+        "employer",
+        re.compile(
+            _SLOT_SUBJECT_EN + r"(?:(?:work|works|working)\s+(?:at|for)|joined|"
+            r"(?:started|began)\s+(?:working\s+)?(?:at|for)|got\s+a\s+(?:new\s+)?job\s+at)"
+            + _SLOT_VALUE_EN,
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        "employer",
+        re.compile(
+            _SLOT_SUBJECT_ZH + r"(?:在(?P<v>[^，,。]{1,20}?)(?:工作|上班)|入职了?(?P<w>.+))"
+        ),
+    ),
+    (
+        "occupation",
+        re.compile(
+            _SLOT_SUBJECT_EN + r"(?:work|works|working)\s+as" + _SLOT_VALUE_EN, re.IGNORECASE
+        ),
+    ),
+    ("occupation", re.compile(_SLOT_SUBJECT_ZH + r"(?:的(?:工作|职业)是|是一名|当上了)(?P<v>.+)")),
+)
+# Where a slot's value ends: "Lisbon with my wife", "Porto since May", "上海了".
+_SLOT_VALUE_END = re.compile(
+    r"\s+(?:with|since|for|last|now|near|and|but|because|in|at|from|next|this|when|where|"
+    r"which|who|as|after|before)\b|[,.;:!?，。；：！？、了的]",
+    re.IGNORECASE,
+)
+
+
+def fact_slot(fact: str) -> tuple[str, tuple[str, ...]] | None:
+    """The slot a fact about the person fills and its value, as search words: "User: I live in
+    Lisbon" → ("residence", ("lisbon",)), "用户搬到了波尔图" → ("residence", ("波尔图",)),
+    "The user works at Acme" → ("employer", ("acm",)); None for any other fact."""
+    text = _clean(fact)
+    for slot, pattern in _SLOTS:
+        match = pattern.search(text)
+        if match:
+            said = next(v for v in match.groups() if v)
+            value = tuple(tokenize(_SLOT_VALUE_END.split(said, maxsplit=1)[0]))
+            if value:
+                return slot, value
+    return None
+
+
 _STRONG_PREFIX = re.compile(
     r"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^(?:please\s+)?remember(?:\s+that)?[:,]?\s*",
     re.IGNORECASE,
@@ -284,14 +379,23 @@ def told_to_user(fact: str) -> str:
     return _first_person_to_second(fact)
 
 
-def _remembered(fact: str, *, zh: bool) -> str:
-    """The offline model's answer from one remembered fact, to the person it is about."""
+def _remembered(fact: str, *, zh: bool, when: str = "") -> str:
+    """The offline model's answer from one remembered fact, to the person it is about and in
+    their language: "You told me you live in Lisbon.", "你说过你住在里斯本。"; with `when` (a
+    day, for a past conversation) "On 3 December you told me…", "你在12月3日说过…"."""
     told = told_to_user(fact)
     if zh:
-        return f"我记得{told}。" if told.startswith("你") else f"我记得：{told}"
+        said = f"你在{when}说过" if when else "你说过"
+        return f"{said}{told}。" if told.startswith("你") else f"{said}：{told}"
+    said = f"On {when} you told me" if when else "You told me"
     if re.match(r"your?\b", told, re.IGNORECASE):
-        return f"From what I remember, {told[0].lower()}{told[1:]}."
-    return f"From what I remember: {told}"
+        return f"{said} {_lower_you(told)}."
+    return f"{said}: {told}"
+
+
+def _lower_you(told: str) -> str:
+    """'Your dog…' inside a sentence: 'your dog…'."""
+    return f"{told[0].lower()}{told[1:]}" if re.match(r"your?\b", told, re.IGNORECASE) else told
 
 
 def _with_subject(fact: str) -> str:
@@ -377,8 +481,13 @@ def memory_context_facts(system: str) -> list[str]:
 
 
 def instruction_calls(text: str, offered: set[str]) -> list[ToolCall]:
-    """The tool calls an explicit memory instruction asks for, in a stable order."""
+    """The tool calls an explicit memory instruction asks for, in a stable order. Only what the
+    person tells counts: a question ("What do you remember about me?", "你还记得我叫什么吗？")
+    asks for memory, it is not an instruction to write any."""
     zh = language_of(text) == "zh"
+    told = statements(text)
+    if len(told) < len(sentences(text)):
+        text = " ".join(told)
     calls: list[tuple[str, dict[str, Any]]] = []
     remembered = _first(_REMEMBER, text)
     if remembered and "memory_write" in offered:
@@ -450,11 +559,123 @@ def _confirmation(calls: tuple[ToolCall, ...], results: dict[str, str], zh: bool
     return "\n".join(lines)
 
 
+# A question about the person or about what they said, answered from memory: memory words
+# ("Do you remember…", "你还记得…"), the person's own things ("What's my dog called?",
+# "我女儿叫什么？") or their state ("Where do I live?", "我住在哪里？"); not "What should I
+# read next?" or "我该读什么书？".
+_ABOUT_THEM = re.compile(
+    r"\b(?:remember|recall|forget|forgot|told you|did I (?:tell|say|mention))\b|\bmy\b|"
+    r"\b(?:do|did|am|was|have|had)\s+I\s+(?:live|work|study|come|stay|like|love|prefer|hate|"
+    r"have|own|drink|eat|do|plan|want|need)\b|\bam I\b|\bwhere I\b|"
+    rf"记得|说过|告诉过|提过|提到过|忘了|我的|我(?:家)?(?:{_KIN_ZH})|"
+    r"我(?:现在|平时|以前)?(?:住|在哪|工作|上班|喜欢|爱|讨厌|叫|是|有|养|来自|对|打算|要去|计划|"
+    r"过敏|不吃|吃|喝|搬)",
+    re.IGNORECASE,
+)
+# A general "what do you know about me", naming no subject: answered with the injected facts.
+_ABOUT_ME_GENERALLY = re.compile(
+    r"\bwhat (?:do|did|else do) you (?:remember|know|recall) about me\b|"
+    r"\bwhat (?:have|did) I (?:told|tell) you\b|\bwhat do you know of me\b|"
+    r"(?:记得|知道|了解)(?:关于)?我(?:的)?(?:什么|哪些|多少|些什么)|对我(?:有)?(?:多少|什么)了解|"
+    r"对我了解(?:多少|什么|哪些)",
+    re.IGNORECASE,
+)
+_SEARCH_LIMIT = 10
+_CITED = re.compile(
+    r"^\[(?P<kind>fact|episode|message)\b[^\]]*?(?P<date>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})"
+    r"(?:\s+(?P<role>\w+))?\]\s*(?P<text>.*)$"
+)
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+
+
+def _recall_all(facts: list[str], *, zh: bool) -> str:
+    """The answer to "What do you remember about me?": the injected facts, said to the person."""
+    if not facts:
+        return (
+            "我还不太了解你。跟我说说你自己吧，我会记住的。"
+            if zh
+            else "I don't know much about you yet. Tell me about yourself and I'll remember."
+        )
+    told = [_lower_you(told_to_user(fact)) for fact in facts[:5]]
+    if zh:
+        return "我记得这些：" + "；".join(told) + "。"
+    return "Here is what I remember about you: " + "; ".join(told) + "."
+
+
+def _not_remembered(zh: bool) -> str:
+    return "我不记得你跟我说过这件事。" if zh else "I don't remember you telling me that."
+
+
+def _shared(question: str, text: str) -> int:
+    """How many words a question and a remembered text share: terms (the fact match) and
+    search words (jieba's, so 住在 in a question meets 我住在里斯本)."""
+    words = set(tokenize(question, search=True)) & set(tokenize(text, search=True))
+    return overlap(question, text) + len(words)
+
+
+# The slots (fact_slot) a question asks about: "Where do I live?" is answered by "I moved to
+# Porto" too, though they share no word.
+_ASKED_SLOTS = (
+    ("residence", re.compile(r"\b(?:live|living|home|moved?|based)\b|住|搬|家在", re.IGNORECASE)),
+    (
+        "employer",
+        re.compile(r"\b(?:work|working|job|employer|company)\b|工作|上班|公司", re.IGNORECASE),
+    ),
+    ("occupation", re.compile(r"\b(?:job|do for a living|profession)\b|职业|工作", re.IGNORECASE)),
+)
+
+
+def _relevance(question: str, fact: str) -> tuple[bool, int]:
+    """How well an injected fact answers a question: the slot asked about, then shared words."""
+    slot = fact_slot(fact)
+    asked = slot is not None and any(
+        name == slot[0] and cue.search(question) for name, cue in _ASKED_SLOTS
+    )
+    return asked, _shared(question, told_to_user(fact))
+
+
+def _best_part(summary: str, question: str) -> str:
+    """The item of an episode's summary that shares the most words with the question."""
+    body = _SUMMARY_PREFIX.sub("", summary.strip())
+    parts = [_clean(part) for part in re.split(r"[；;]\s*|(?<=[。.!?！？])\s*", body)]
+    return max(
+        (part for part in parts if part), key=lambda part: _shared(question, part), default=""
+    )
+
+
+def _answer_from_search(result: str, question: str, *, zh: bool) -> str:
+    """The answer from memory_search's result (agent_app.memory_search.Hit.cited lines): a fact
+    first, else the best-matching thing the person said (a message, or an item of an episode's
+    summary), with its day. Their own questions and Ethan's replies are not answers."""
+    hits = [match for line in result.splitlines() if (match := _CITED.match(line.strip()))]
+    facts = [hit for hit in hits if hit["kind"] == "fact" and not is_question(hit["text"])]
+    if facts:
+        return _remembered(facts[0]["text"], zh=zh)
+    for hit in hits:
+        if hit["kind"] == "fact" or _shared(question, hit["text"]) == 0:
+            continue
+        if hit["kind"] == "message" and (hit["role"] != "user" or is_question(hit["text"])):
+            continue
+        month, day = int(hit["month"]), int(hit["day"])
+        when = f"{month}月{day}日" if zh else f"{day} {_MONTHS[month - 1]}"
+        if hit["kind"] == "episode":
+            part = _best_part(hit["text"], question)
+            if part:
+                fact = part if language_of(part) == "zh" else f"User: {part}"
+                return _remembered(fact, zh=zh, when=when)
+            continue
+        said = _clean(hit["text"])
+        return f"你在{when}说过：“{said}”" if zh else f"On {when} you said: “{said}”"
+    return _not_remembered(zh)
+
+
 def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     messages = request.messages
     text = _last_user_text(messages)
     zh = language_of(text) == "zh"
-    # Tool results are in: confirm what the calls did.
+    # Tool results are in: answer from a search, or confirm what the calls did.
     if messages and messages[-1].role == "tool":
         results: dict[str, str] = {}
         index = len(messages) - 1
@@ -462,16 +683,35 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
             results[messages[index].tool_call_id] = messages[index].content
             index -= 1
         calls = messages[index].tool_calls if index >= 0 else ()
+        for call in calls:
+            if call.name == "memory_search":
+                return _answer_from_search(results.get(call.id, ""), text, zh=zh), ()
         return _confirmation(calls, results, zh), ()
 
-    calls = instruction_calls(text, {tool.name for tool in request.tools})
+    offered = {tool.name for tool in request.tools}
+    calls = instruction_calls(text, offered)
     if calls:
         return "", tuple(calls)
 
-    facts = memory_context_facts(request.system)
-    best = max(facts, key=lambda fact: overlap(text, fact), default="")
-    if best and overlap(text, best) > 0:
-        return _remembered(best, zh=zh), ()
+    if is_question(text):
+        # Answered from memory: the injected facts first, then the search the memory_search
+        # tool runs (episodes and past messages), answered on the next step.
+        facts = memory_context_facts(request.system)
+        if _ABOUT_ME_GENERALLY.search(text):
+            return _recall_all(facts, zh=zh), ()
+        about = _ABOUT_THEM.search(text)
+        best = max(facts, key=lambda fact: _relevance(text, fact), default="")
+        if best and _relevance(text, best) > (False, 0):
+            return _remembered(best, zh=zh), ()
+        if about and "memory_search" in offered:
+            call = ToolCall(
+                id="offline_call_1",
+                name="memory_search",
+                arguments={"query": text.strip(), "limit": _SEARCH_LIMIT},
+            )
+            return "", (call,)
+        if about:
+            return _not_remembered(zh), ()
     if re.fullmatch(r"\s*(你好|您好|嗨|哈喽|hi|hello|hey)[!！。.\s]*", text, re.IGNORECASE):
         return ("你好！我是 Ethan（离线模式）。" if zh else "Hi! I'm Ethan (offline mode)."), ()
     snippet = text.strip()[:60]
@@ -559,6 +799,8 @@ def extract(
     for index, text in enumerate(user_texts):
         number = numbers[index] if index < len(numbers) else index + 1
         for sentence in sentences(text):
+            if is_question(sentence):  # it asks ("Do you remember where I live?"): it tells nothing
+                continue
             strong = bool(_FACT_RULES[0].pattern.search(sentence))
             content = _clean(_STRONG_PREFIX.sub("", sentence))
             if content and (strong or _SIGNAL.search(sentence)) and content not in seen:

@@ -78,6 +78,62 @@ def language_of(text: str) -> str:
     return "zh" if is_chinese(text) else "en"
 
 
+# --- questions -----------------------------------------------------------------------------------
+#
+# One rule for "is this a question", for the offline model (a question is not a memory
+# instruction, nor a fact to extract) and for the confidence rules (a strong-signal word in a
+# question does not count): "What do you remember about me?", "Do you remember where I live",
+# "你还记得我女儿叫什么吗？" all ask; they tell nothing.
+
+_TRAILING = re.compile(r"[\s\"'”’」』)）\]】~～…。.!！]+$")
+_EN_QUESTION_OPENING = re.compile(
+    r"^(?:(?:so|and|but|ok|okay|hey|ethan)[,\s]+)*"
+    r"(?:(?:what|where|when|who|whom|whose|which|why|how)(?:['’]s|['’]re)?\b|"
+    r"(?:do|does|did|can|could|would|will|is|are|am|was|were|have|has|had|should|shall|may|"
+    r"might|must)(?:n['’]t)?\s+(?:you|i|we|he|she|it|they|my|your|our|the|there|this|that)\b)",
+    re.IGNORECASE,
+)
+_ZH_QUESTION_OPENING = re.compile(r"^(?:那|那么|对了|嗯)?[，,\s]*(?:你?还记得|你?记不记得|你知道)")
+_ZH_QUESTION_END = re.compile(
+    r"(?:吗|么|呢|什么|哪里|哪儿|哪个|哪|谁|多少|几个?|怎么样|如何)(?:呀|啊|来着)?$"
+)
+_ZH_QUESTION_WORDS = re.compile(
+    r"什么时候|为什么|为啥|哪个|哪里|哪儿|哪天|哪年|多少|几点|几岁|几号|怎么样|有没有|是不是|是否|"
+    r"对不对|记不记得"
+)
+# A polite request to remember is an instruction, not a question: "Can you remember that I'm
+# allergic to nuts?", "你能记住我不吃辣吗？".
+_POLITE_REQUEST = re.compile(
+    r"^(?:can|could|would|will)\s+you\s+(?:please\s+)?(?:remember|note|keep in mind)\b"
+    r"(?!\s+(?:what|where|when|who|whom|which|why|how|if|whether)\b)|"
+    r"^(?:请)?你?(?:能|可以|能不能|可不可以)(?:帮我)?记(?:住|下)(?!.*(?:什么|哪|谁|多少))",
+    re.IGNORECASE,
+)
+
+
+def is_question(text: str) -> bool:
+    """Whether `text` (a sentence, or a short message) asks rather than tells: a trailing ?/？;
+    an English interrogative opening (what/where/how…, do you/did I/is my…); a Chinese one
+    (你还记得…, 记得…, 你知道…), a question particle or word at the end (吗, 呢, 什么, 哪里,
+    来着) or a question word inside (什么时候, 为什么, 哪个, 有没有). A polite request to
+    remember ("Can you remember that…?") is not a question: it tells."""
+    text = _TRAILING.sub("", (text or "").strip())
+    if not text:
+        return False
+    if _POLITE_REQUEST.search(text):
+        return False
+    if text.endswith(("?", "？")):
+        return True
+    if _EN_QUESTION_OPENING.search(text) or _ZH_QUESTION_OPENING.search(text):
+        return True
+    return bool(_ZH_QUESTION_END.search(text) or _ZH_QUESTION_WORDS.search(text))
+
+
+def statements(text: str) -> list[str]:
+    """The sentences of `text` that tell rather than ask (is_question)."""
+    return [sentence for sentence in sentences(text) if not is_question(sentence)]
+
+
 # --- words, for keywords and search (jieba for Chinese) --------------------------------------
 
 CJK_STOPWORDS = frozenset(

@@ -2,7 +2,9 @@
 
 - A fact the consolidator extracts in the background starts at 0.8 (EXTRACTED).
 - Strong signals from the user ("记住", "纠正", "偏好", "remember", "correct that",
-  "I prefer") earn 0.9 to 0.95 (the extractor says which).
+  "I prefer") earn 0.9 to 0.95 (the extractor says which), only when told: a question that
+  says them ("Do you remember where I live?", "你还记得我女儿叫什么吗？") asks, it tells
+  nothing (llm.text.is_question, the offline model's rule too).
 - A fact the agent writes with memory_write starts at 0.95 (AGENT_PROACTIVE).
 - Finding the same fact again reinforces it: with c = max(old, new),
   c <- min(0.99, c + (1 - c) * 0.2), and hit_count + 1. Repeated evidence approaches
@@ -14,6 +16,10 @@
 - Injection takes active facts with confidence >= 0.3, highest confidence first, then the most
   recently used; 15 of them (5 on the fast path): the path's fact_limit, agent_app.paths.
 """
+
+from collections.abc import Sequence
+
+from llm.text import statements
 
 EXTRACTED = 0.8
 STRONG_SIGNAL = 0.9
@@ -28,9 +34,14 @@ def reinforced(old: float, new: float) -> float:
     return round(min(CEILING, base + (1 - base) * REINFORCE_RATE), 4)
 
 
-def from_importance(importance: float) -> float:
+def from_importance(importance: float, *, said: Sequence[str] = ()) -> float:
     """The confidence of a background-extracted fact: 0.8, or 0.9-0.95 when the extractor
-    marked a strong signal (importance >= 0.9). The rule, not the model, sets the range."""
+    marked a strong signal (importance >= 0.9). The rule, not the model, sets the range.
+
+    `said`: what the person said that the fact came from (its source messages). When all of
+    it asks, the signal was a question, not a strong one: 0.8."""
+    if said and not any(statements(text) for text in said):
+        return EXTRACTED
     if importance >= STRONG_SIGNAL:
         return min(AGENT_PROACTIVE, round(importance, 2))
     return EXTRACTED

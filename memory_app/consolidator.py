@@ -24,6 +24,7 @@ from django.utils import timezone
 
 import llm
 from llm import memory as llm_memory
+from llm.offline import fact_slot
 from llm.text import terms
 from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
@@ -211,6 +212,9 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
 
     - the same words (ignoring case, spacing, punctuation) as an active fact → NONE
       (the fact is reinforced);
+    - the same slot as a fact with another value (where the person lives, whom they work
+      for, what they work as: llm.offline.fact_slot) → SUPERSEDE that fact: "I moved to
+      Porto" replaces "I live in Lisbon";
     - a correction sharing at least 20% of its terms with a fact → SUPERSEDE that fact;
     - otherwise at least 60% shared terms (Jaccard) → UPDATE (the same fact, reworded);
     - otherwise → ADD.
@@ -219,6 +223,12 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
     for fact in known:
         if fact.content_key == key:
             return "NONE", fact
+    slot = fact_slot(item.content)
+    if slot is not None:
+        for fact in known:
+            held = fact_slot(fact.content)
+            if held is not None and held[0] == slot[0] and held[1] != slot[1]:
+                return "SUPERSEDE", fact
     best = max(known, key=lambda fact: _similarity(item.content, fact.content), default=None)
     if best is None:
         return "ADD", None
@@ -260,7 +270,8 @@ def _apply_fact(
     sources: list[Message],
 ) -> str:
     owner = session.owner
-    confidence = rules.from_importance(item.importance)
+    said = [message.content for message in sources if message.role == Message.Role.USER]
+    confidence = rules.from_importance(item.importance, said=said)
     actor = Fact.Source.CONSOLIDATOR
     if target is not None:
         target.refresh_from_db()

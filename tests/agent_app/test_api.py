@@ -32,7 +32,7 @@ def test_chat_starts_and_continues_a_session(api_for, owner, llm_config):
         format="json",
     ).json()
     assert (again["session_id"], again["path"]) == (session.pk, "medium")
-    assert again["reply"] == "我记得你喜欢喝美式咖啡。"
+    assert again["reply"] == "你说过你喜欢喝美式咖啡。"
 
 
 @pytest.mark.parametrize(

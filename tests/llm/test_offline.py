@@ -213,9 +213,9 @@ def test_after_tool_results_it_confirms_in_the_users_language():
 @pytest.mark.parametrize(
     ("question", "answer"),
     [
-        ("我平时喝什么咖啡？", "我记得你喜欢喝美式咖啡。"),
-        ("Where does my sister live?", "From what I remember, your sister lives in Lisbon."),
-        ("我在哪个城市工作来着，杭州吗", "我记得你在杭州做后端开发。"),
+        ("我平时喝什么咖啡？", "你说过你喜欢喝美式咖啡。"),
+        ("Where does my sister live?", "You told me your sister lives in Lisbon."),
+        ("我在哪个城市工作来着，杭州吗", "你说过你在杭州做后端开发。"),
     ],
 )
 def test_questions_get_the_overlapping_fact(question, answer):
@@ -228,53 +228,53 @@ def test_questions_get_the_overlapping_fact(question, answer):
         (
             "User: my favourite coffee is a flat white",
             "What is my favourite coffee?",
-            "From what I remember, your favourite coffee is a flat white.",
+            "You told me your favourite coffee is a flat white.",
         ),
         (
             "User: I'm a backend engineer and I work at Acme",
             "Where do I work?",
-            "From what I remember, you're a backend engineer and you work at Acme.",
+            "You told me you're a backend engineer and you work at Acme.",
         ),
         (
             "User: My dog Max is afraid of me",
             "Is my dog Max ok?",
-            "From what I remember, your dog Max is afraid of you.",
+            "You told me your dog Max is afraid of you.",
         ),
         (
             "The user lives in Porto.",
             "Where do I live, Porto?",
-            "From what I remember, you live in Porto.",
+            "You told me you live in Porto.",
         ),
         (
             "User prefers short answers",
             "short answers?",
-            "From what I remember, you prefer short answers.",
+            "You told me you prefer short answers.",
         ),
         (
             "the user always watches films",
             "films tonight?",
-            "From what I remember, you always watch films.",
+            "You told me you always watch films.",
         ),
-        ("The user studies law", "what about law?", "From what I remember, you study law."),
-        ("The user is vegetarian", "am I vegetarian?", "From what I remember, you are vegetarian."),
+        ("The user studies law", "what about law?", "You told me you study law."),
+        ("The user is vegetarian", "am I vegetarian?", "You told me you are vegetarian."),
         (
             "The user doesn't drink coffee",
             "coffee?",
-            "From what I remember, you don't drink coffee.",
+            "You told me you don't drink coffee.",
         ),
         # Naming nobody: told as it is.
-        ("lives in Porto", "Porto?", "From what I remember: lives in Porto"),
-        ("用户的女儿叫小米", "我女儿叫什么", "我记得你的女儿叫小米。"),
-        ("我喜欢喝热的拿铁", "我喜欢喝什么", "我记得你喜欢喝热的拿铁。"),
-        ("用户的用户名是 ada", "我的用户名是什么", "我记得你的用户名是 ada。"),
-        ("我们决定下周一发布", "我们什么时候发布", "我记得：我们决定下周一发布"),
+        ("lives in Porto", "Porto?", "You told me: lives in Porto"),
+        ("用户的女儿叫小米", "我女儿叫什么", "你说过你的女儿叫小米。"),
+        ("我喜欢喝热的拿铁", "我喜欢喝什么", "你说过你喜欢喝热的拿铁。"),
+        ("用户的用户名是 ada", "我的用户名是什么", "你说过你的用户名是 ada。"),
+        ("我们决定下周一发布", "我们什么时候发布", "你说过：我们决定下周一发布"),
         # A fact in the other language than the question is still said to the person.
         (
             "用户喜欢喝美式咖啡",
             "What kind of 美式 coffee do I drink?",
-            "From what I remember: 你喜欢喝美式咖啡",
+            "You told me: 你喜欢喝美式咖啡",
         ),
-        ("User: I live in 杭州", "我住在杭州吗", "我记得：you live in 杭州"),
+        ("User: I live in 杭州", "我住在杭州吗", "你说过：you live in 杭州"),
     ],
 )
 def test_a_remembered_fact_is_told_to_the_person_it_is_about(fact, question, answer):
@@ -383,3 +383,208 @@ def test_plain_self_statements_are_facts_at_the_designs_confidence(said, fact, c
 )
 def test_small_talk_is_still_no_fact(said):
     assert memory.extract(model="offline", rounds=[Message.user(said)]).facts == ()
+
+
+MEMORY_QUESTIONS = [
+    "What do you remember about me?",
+    "Do you remember where I live?",
+    "你还记得我女儿叫什么吗？",
+    "你还记得我叫什么吗？",
+    "Do you remember my name is what?",
+    "你知道我的目标是什么吗？",
+]
+
+
+@pytest.mark.parametrize("question", MEMORY_QUESTIONS)
+def test_a_question_about_memory_writes_nothing(question):
+    """It asks for memory: no memory_write, profile_update or rule, and no fact extracted."""
+    assert say(question, tools=[*TOOLS, SEARCH]).tool_calls in ((), (search_call(question),))
+    assert memory.extract(model="offline", rounds=[Message.user(question)]).facts == ()
+
+
+def test_a_message_that_tells_and_asks_writes_what_it_tells():
+    assert calls("Remember that my dog is called Max. Got it?") == [
+        ("memory_write", {"content": "User: my dog is called Max", "category": "knowledge"})
+    ]
+    extraction = memory.extract(
+        model="offline", rounds=[Message.user("你还记得我住在哪吗？我住在里斯本。")]
+    )
+    assert [f.content for f in extraction.facts] == ["用户住在里斯本"]
+
+
+SEARCH = ToolSpec("memory_search", "d", {"type": "object"})
+
+
+def search_call(question: str):
+    from llm.types import ToolCall
+
+    return ToolCall(
+        id="offline_call_1", name="memory_search", arguments={"query": question, "limit": 10}
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "answer"),
+    [
+        ("Where do I live?", "You told me you live in Lisbon."),
+        ("Do you remember where I live?", "You told me you live in Lisbon."),
+        ("我住在哪里？", "你说过你住在里斯本。"),
+        ("你还记得我女儿叫什么吗？", "你说过你女儿叫小米。"),
+    ],
+)
+def test_a_question_about_the_person_is_answered_from_an_injected_fact(question, answer):
+    system = (
+        "<memory_context>\n- [knowledge, 0.80] User: I live in Lisbon\n"
+        "- [knowledge, 0.80] 用户住在里斯本\n- [knowledge, 0.80] 用户女儿叫小米\n</memory_context>"
+    )
+    assert say(question, tools=[*TOOLS, SEARCH], system=system).text == answer
+
+
+def test_what_do_you_remember_about_me_lists_the_injected_facts():
+    system = (
+        "<memory_context>\n- [knowledge, 0.80] User: I live in Lisbon\n"
+        "- [knowledge, 0.80] User: My dog is called Max\n</memory_context>"
+    )
+    assert say("What do you remember about me?", system=system).text == (
+        "Here is what I remember about you: you live in Lisbon; your dog is called Max."
+    )
+    assert say(
+        "你都记得我什么？", system="<memory_context>\n- 用户女儿叫小米\n</memory_context>"
+    ).text == ("我记得这些：你女儿叫小米。")
+    assert say("What do you remember about me?", system="").text == (
+        "I don't know much about you yet. Tell me about yourself and I'll remember."
+    )
+
+
+def answer_after_search(question: str, result: str) -> str:
+    first = say(question, tools=[*TOOLS, SEARCH], system="")
+    assert first.tool_calls == (search_call(question),)
+    history = [
+        Message.user(question),
+        first.as_message(),
+        Message.tool(first.tool_calls[0].id, result, name="memory_search"),
+    ]
+    return llm.complete(model="offline", system="", messages=history, tools=TOOLS).text
+
+
+@pytest.mark.parametrize(
+    ("question", "result", "answer"),
+    [
+        (
+            "Where do I live?",
+            "[message s1 #1 2026-12-01 user] Where do I live?\n"
+            "[message s1 #2 2026-12-01 assistant] (offline mode) Noted: I live in Lisbon\n"
+            "[fact #4 2026-12-02] User: I live in Lisbon",
+            "You told me you live in Lisbon.",
+        ),
+        (
+            "Where do I live?",
+            "[message s1 #1 2026-12-01 user] Where do I live?\n"
+            "[message s1 #2 2026-12-01 assistant] (offline mode) Noted: I live in Lisbon\n"
+            "[message s2 #3 2026-12-03 user] I live in Lisbon, near the river.",
+            "On 3 December you said: “I live in Lisbon, near the river”",
+        ),
+        (
+            "我住在哪里？",
+            "[message s2 #1 2026-11-30 user] 我住在里斯本，离海很近。",
+            "你在11月30日说过：“我住在里斯本，离海很近”",
+        ),
+        (
+            "Where do I live?",
+            "[episode s3 2026-11-03] The user said: I like tea; I live in Lisbon.",
+            "On 3 November you told me you live in Lisbon.",
+        ),
+        (
+            "我住在哪里？",
+            "[episode s3 2026-11-03] 用户提到：我喜欢咖啡；我住在里斯本。",
+            "你在11月3日说过你住在里斯本。",
+        ),
+        (
+            "Where do I live?",
+            "ok: nothing in memory matches",
+            "I don't remember you telling me that.",
+        ),
+        ("我女儿叫什么？", "ok: nothing in memory matches", "我不记得你跟我说过这件事。"),
+    ],
+)
+def test_with_no_injected_fact_it_searches_and_answers_from_the_result(question, result, answer):
+    assert answer_after_search(question, result) == answer
+
+
+def test_a_question_about_something_else_searches_nothing():
+    assert say("What's the weather like on Mars?", tools=[*TOOLS, SEARCH]).text == (
+        "(offline mode) Noted: What's the weather like on Mars?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("said", "fact", "category"),
+    [
+        ("下周我要去东京出差", "下周用户要去东京出差", "decision"),
+        ("我要去东京出差", "用户要去东京出差", "decision"),
+        ("我打算学日语", "用户打算学日语", "decision"),
+        ("我准备下个月换工作", "用户准备下个月换工作", "decision"),
+        ("我住在里斯本", "用户住在里斯本", "knowledge"),
+        ("我在阿里巴巴工作", "用户在阿里巴巴工作", "knowledge"),
+        ("我女儿叫小米", "用户女儿叫小米", "knowledge"),
+        ("我对花生过敏", "用户对花生过敏", "knowledge"),
+        ("我搬到上海了", "用户搬到上海了", "knowledge"),
+        ("我养了一只猫，叫 Miso", "用户养了一只猫，叫 Miso", "knowledge"),
+        ("我来自巴西", "用户来自巴西", "knowledge"),
+        ("我不吃辣", "用户不吃辣", "preference"),
+        ("I'm going to learn Japanese", "User: I'm going to learn Japanese", "decision"),
+        ("I'm planning to visit Rome", "User: I'm planning to visit Rome", "decision"),
+        ("I work at Acme", "User: I work at Acme", "knowledge"),
+        ("I work as a nurse", "User: I work as a nurse", "knowledge"),
+        ("My wife is called Ana", "User: My wife is called Ana", "knowledge"),
+        ("My husband is called Tom", "User: My husband is called Tom", "knowledge"),
+        ("My partner is called Sam", "User: My partner is called Sam", "knowledge"),
+        ("My son is called Leo", "User: My son is called Leo", "knowledge"),
+        ("My daughter is called Mia", "User: My daughter is called Mia", "knowledge"),
+        ("My dog is called Max", "User: My dog is called Max", "knowledge"),
+        ("I'm allergic to peanuts", "User: I'm allergic to peanuts", "knowledge"),
+        ("I moved to Porto", "User: I moved to Porto", "knowledge"),
+        ("I live in Lisbon", "User: I live in Lisbon", "knowledge"),
+        ("I got a new job at Globex", "User: I got a new job at Globex", "knowledge"),
+        ("I'm vegetarian", "User: I'm vegetarian", "knowledge"),
+        ("I have two kids", "User: I have two kids", "knowledge"),
+        ("I don't eat pork", "User: I don't eat pork", "preference"),
+    ],
+)
+def test_more_plain_self_statements_are_facts_with_their_turn(said, fact, category):
+    extraction = memory.extract(
+        model="offline", rounds=[Message.user("hi"), Message.assistant("hello"), Message.user(said)]
+    )
+    assert [(f.content, f.category, f.importance, f.turns) for f in extraction.facts] == [
+        (fact, category, 0.8, (3,))
+    ]
+
+
+@pytest.mark.parametrize("said", ["我要去睡觉了", "I'm going to bed", "I'm going to go now"])
+def test_leaving_for_now_is_no_plan(said):
+    assert memory.extract(model="offline", rounds=[Message.user(said)]).facts == ()
+
+
+@pytest.mark.parametrize(
+    ("fact", "slot"),
+    [
+        ("User: I live in Lisbon", ("residence", ("lisbon",))),
+        ("User: I just moved to Porto last month", ("residence", ("porto",))),
+        ("The user lives in Porto.", ("residence", ("porto",))),
+        ("用户住在里斯本", ("residence", ("里斯本",))),
+        ("用户搬到上海了", ("residence", ("上海",))),
+        ("The user works at Globex", ("employer", ("globex",))),
+        ("用户在阿里巴巴工作", ("employer", ("阿里巴巴",))),
+        ("User: I work as a nurse", ("occupation", ("nurs",))),
+        ("用户是一名医生", ("occupation", ("医生",))),
+        # Someone else, a plan, or a fact naming nobody: no slot of the person's.
+        ("User: My sister lives in Paris", None),
+        ("User: I'm moving to Porto next month", None),
+        ("用户下周搬到东京", None),
+        ("lives in Porto", None),
+    ],
+)
+def test_the_slot_a_fact_about_the_person_fills(fact, slot):
+    from llm.offline import fact_slot
+
+    assert fact_slot(fact) == slot

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from llm.text import stem, time_named, tokenize
+from llm.text import is_question, statements, stem, time_named, tokenize
 
 # A Friday afternoon: the week began on Monday 16 October 2023.
 NOW = datetime(2023, 10, 20, 15, 30, tzinfo=UTC)
@@ -83,3 +83,57 @@ def test_a_date_beside_a_relative_time_is_the_time():
         "2023-06-04",
         ("1 May 2023", "3 June 2023"),
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "What do you remember about me?",
+        "what do you remember about me",
+        "Do you remember where I live?",
+        "Do you remember where I live",
+        "Did I tell you about my wife",
+        "Where do I live",
+        "Is my dog Max ok",
+        "Remember that?",
+        "你还记得我女儿叫什么吗？",
+        "你还记得我女儿叫什么",
+        "你记得我住在哪吗",
+        "记不记得我上周说的事",
+        "你知道我在哪工作吗",
+        "我女儿叫什么",
+        "我们什么时候发布",
+        "我在哪个城市工作来着，杭州吗",
+    ],
+)
+def test_a_question_is_a_question_in_both_languages(text):
+    assert is_question(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Remember that I live in Lisbon.",
+        "I live in Lisbon",
+        "I moved to Porto!",
+        "Always reply in English",
+        # A polite request to remember tells: it is an instruction.
+        "Can you remember that I'm allergic to nuts?",
+        "你能记住我不吃辣吗？",
+        "记住我喜欢喝美式咖啡",
+        "请帮我记住：我们决定下周一发布",
+        "我住在里斯本。",
+        "我女儿叫小米",
+        "记得明天提醒我",
+        "",
+    ],
+)
+def test_a_statement_or_an_instruction_is_not_a_question(text):
+    assert not is_question(text)
+
+
+def test_statements_keep_what_a_message_tells_and_drop_what_it_asks():
+    assert statements("Remember that my dog is called Max. Got it?") == [
+        "Remember that my dog is called Max."
+    ]
+    assert statements("你还记得我女儿叫什么吗？她叫小米。") == ["她叫小米。"]
