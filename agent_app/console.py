@@ -13,7 +13,9 @@ import contextlib
 import os
 import shlex
 import shutil
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,6 +191,14 @@ class _ScreenfulTail:
             yield Segment.line()
 
 
+class TerminalClosed(Exception):
+    """The console's terminal was closed (SIGHUP)."""
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    raise TerminalClosed
+
+
 @dataclass
 class Console:
     owner: AbstractBaseUser
@@ -238,6 +248,7 @@ class Console:
             # it exited): no worker or sweep runs here, so it is done now.
             self.say(REMEMBERING_EARLIER)
         model = self.model
+        self._end_on_hang_up()
         if not self.session.is_persisted:
             self.say(f"Ethan ({model}): new session {self.session.id}. /help for commands.")
         if llm.provider_for(model) == "offline":
@@ -257,8 +268,16 @@ class Console:
                 self.chat(text)
         except KeyboardInterrupt:
             self.say("")
+        except TerminalClosed:
+            pass  # nobody left to read: end the session as an exit would
         finally:
             self.close()
+
+    def _end_on_hang_up(self) -> None:
+        """A closed terminal (SIGHUP) ends the console as /exit does, so the conversation is
+        still remembered; by default the signal would kill the process before it ends."""
+        if hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, _hang_up)
 
     def chat(self, text: str) -> None:
         try:
@@ -352,8 +371,10 @@ class Console:
         services.sessions_cleanup_empty(owner=self.owner)
         if settings.ETHAN_EMBEDDED and self.session.is_persisted:
             # Embedded, the session's episode and last facts are written here, before the
-            # process ends (with a broker, a worker does it): say why the exit waits.
-            self.say(REMEMBERING)
+            # process ends (with a broker, a worker does it): say why the exit waits. A closed
+            # terminal cannot be written to; the work is done all the same.
+            with contextlib.suppress(OSError):
+                self.say(REMEMBERING)
         run_deferred()
         if self.session.is_persisted:
             again = ["-r", self.session.id]

@@ -129,3 +129,36 @@ def test_a_six_round_api_session_closed_idle_has_its_facts_each_round_once(
     assert session_episode_write(session_id=session_id) is True
     assert mini.calls == ["consolidate"]
     assert Fact.objects.count() == 6 and all(fact.hit_count == 1 for fact in facts)
+
+
+def test_a_closed_terminal_ends_the_console_and_remembers_the_conversation(tmp_path):
+    """SIGHUP (the terminal window closed) ends the session as /exit does: its facts are
+    extracted before the process goes."""
+    import signal
+    import sqlite3
+    import sys
+
+    import pexpect
+
+    from tests.conftest import ROOT, clean_env
+
+    console = pexpect.spawn(
+        sys.executable,
+        ["-m", "ethan_site.cli", "--user", "ada"],
+        cwd=str(ROOT),
+        env=clean_env(tmp_path, PROMPT_TOOLKIT_NO_CPR="1", TERM="xterm"),
+        encoding="utf-8",
+        timeout=30,
+    )
+    prompt = r"\x1b\[\?2004h.*?>.*?\x1b\[\?25h"
+    console.expect(prompt)
+    console.send("我住在成都。\r")
+    console.expect(prompt)
+    console.kill(signal.SIGHUP)
+    console.expect(pexpect.EOF)
+    console.close()
+    with sqlite3.connect(tmp_path / "ethan.sqlite3") as db:
+        ended = db.execute("SELECT ended_at FROM sessions_app_chatsession").fetchall()
+        facts = db.execute("SELECT content FROM memory_app_fact").fetchall()
+    assert len(ended) == 1 and ended[0][0] is not None
+    assert facts == [("用户住在成都",)]
