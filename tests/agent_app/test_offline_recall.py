@@ -4,9 +4,13 @@ message with its day), and news about where the person lives supersedes the old 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.utils import timezone
 
+from agent_app.lifecycle import sessions_finish_idle_task
+from ethan_site import queue
 from memory_app import confidence
 from memory_app.consolidator import consolidation_run
 from memory_app.models import Fact, FactEvent
@@ -85,6 +89,38 @@ def test_a_question_is_answered_from_a_fact_learnt_in_an_earlier_session(
     assert body["session_id"] != earlier.pk
     assert body["reply"] == answer
     assert Fact.objects.filter(owner=owner).count() == 1  # the question wrote nothing
+
+
+def test_a_conversation_closed_idle_is_remembered_and_a_new_one_asks_about_it(
+    api_for, owner, llm_config, settings, django_capture_on_commit_callbacks
+):
+    """Over /api/chat with no key: "I live in Lisbon." and a question; the session's end
+    extracts the fact (not the question); a new conversation asks and is answered from it."""
+    settings.ETHAN_EMBEDDED = True
+    api = api_for(owner)
+    session_id = None
+    for text in ("I live in Lisbon.", "What do you remember about me?", "我对花生过敏。"):
+        with django_capture_on_commit_callbacks(execute=True):
+            session_id = _ask(api, text, session_id)["session_id"]
+        queue.run_deferred()
+    ChatSession.objects.filter(pk=session_id).update(
+        updated_at=timezone.now() - timedelta(minutes=settings.ETHAN_SESSION_IDLE_MINUTES + 1)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_finish_idle_task() == 1
+    queue.run_deferred()
+    assert sorted(Fact.objects.values_list("content", flat=True)) == [
+        "User: I live in Lisbon",
+        "用户对花生过敏",
+    ]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        body = _ask(api, "Where do I live?")
+    assert body["session_id"] != session_id
+    assert body["reply"] == "You told me you live in Lisbon."
+    with django_capture_on_commit_callbacks(execute=True):
+        body = _ask(api, "我对什么过敏？", body["session_id"])
+    assert body["reply"] == "你说过你对花生过敏。"
 
 
 def test_with_no_fact_it_answers_from_the_best_past_message_with_its_day(
