@@ -337,12 +337,16 @@ def _extract_through(
     """Extract the facts of rounds start+1..end in one call and move extracted_through from
     start to end. True if the cursor moved (by us or by a racing worker)."""
     said = SaidRounds.read(session, first=start + 1, last=end)
-    known = _known_facts(session, said.messages())
-    extraction = llm_memory.extract(
-        model=compression_model(session),
-        rounds=said.messages(),
-        psych=_companion(session),
-        known=[fact.content for fact in known],
+    known = _known_facts(session, said.messages()) if said.rows else []
+    extraction = (
+        llm_memory.extract(
+            model=compression_model(session),
+            rounds=said.messages(),
+            psych=_companion(session),
+            known=[fact.content for fact in known],
+        )
+        if said.rows
+        else llm_memory.Extraction(facts=(), psych=())  # nothing said (messages deleted)
     )
     return _claim_extraction(
         session, extraction, start=start, end=end, said=said.rows, known=known, report=report

@@ -162,3 +162,31 @@ def test_a_closed_terminal_ends_the_console_and_remembers_the_conversation(tmp_p
         facts = db.execute("SELECT content FROM memory_app_fact").fetchall()
     assert len(ended) == 1 and ended[0][0] is not None
     assert facts == [("用户住在成都",)]
+
+
+@pytest.mark.django_db
+def test_a_companion_session_end_extracts_feelings_too_and_one_round_gets_its_facts(
+    owner, llm_config
+):
+    from agent_app.lifecycle import session_episode_write, session_finish
+    from profile_app.models import ProfileSection
+    from sessions_app import services as session_services
+
+    companion = session_services.session_start(owner=owner, mode="companion", model="offline")
+    for text in ("我是后端工程师。最近压力很大，晚上失眠。", "听音乐能让我放松。"):
+        session_services.message_append(session=companion, role="user", content=text)
+        session_services.message_append(session=companion, role="assistant", content="嗯。")
+    session_finish(session=companion)
+    assert session_episode_write(session_id=companion.pk) is True
+    psych = ProfileSection.objects.get(owner=owner, key="psych").content
+    assert psych == "- 最近压力很大，晚上失眠\n- 听音乐能让用户放松"
+    assert list(Fact.objects.values_list("content", flat=True)) == ["用户是后端工程师"]
+
+    # One round: no episode, but its facts.
+    short = session_services.session_start(owner=owner, model="offline")
+    session_services.message_append(session=short, role="user", content="我住在成都。")
+    session_services.message_append(session=short, role="assistant", content="好的。")
+    session_finish(session=short)
+    assert session_episode_write(session_id=short.pk) is False
+    assert Fact.objects.filter(session=short).get().content == "用户住在成都"
+    assert not Episode.objects.filter(session_ref=short.pk).exists()
