@@ -528,3 +528,17 @@ def test_the_sweep_and_the_turn_hold_the_same_sessions_due(owner):
     )
     assert due == {pk for pk, is_due in cases.items() if is_due}
     assert 0 < len(due) < len(cases)
+
+
+def test_an_ended_session_whose_messages_are_gone_is_caught_up_without_a_model_call(owner, fakes):
+    from django.utils import timezone
+
+    from sessions_app.models import ChatSession
+
+    session = ChatSession.objects.create(
+        id="emptied", owner=owner, model="gpt-4o", round_count=2, ended_at=timezone.now()
+    )
+    report = consolidation_run(session_id=session.pk)
+    assert (report.extractions, report.facts) == (1, [])
+    assert WorkingState.objects.get(session=session).extracted_through == 2
+    assert fakes["openai"].fake.requests == []
