@@ -542,3 +542,32 @@ def test_an_ended_session_whose_messages_are_gone_is_caught_up_without_a_model_c
     assert (report.extractions, report.facts) == (1, [])
     assert WorkingState.objects.get(session=session).extracted_through == 2
     assert fakes["openai"].fake.requests == []
+
+
+def test_a_resumed_session_extracts_each_round_once_across_its_end(owner, llm_config):
+    """Ended at round 3 (its end extracted the hot zone, round 3), resumed: the batch of
+    rounds 3-4 is summarised whole, but only round 4's facts are taken."""
+    from agent_app.lifecycle import session_episode_write
+
+    config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=100)
+    session = _rounds(owner, ["第1轮", "第2轮", "我住在成都。"])
+    consolidation_run(session_id=session.pk, config=config)  # rounds 1-2
+    session_services.session_end(session=session)
+    session_episode_write(session_id=session.pk)  # round 3, at the end
+    city = Fact.objects.get()
+    assert (city.content, city.hit_count) == ("用户住在成都", 1)
+    state = WorkingState.objects.get(session=session)
+    assert (state.compressed_through, state.extracted_through) == (2, 3)
+
+    session_services.session_reopen(session=session)
+    for text in ("我更喜欢简短的回答。", "好"):
+        session_services.message_append(session=session, role="user", content=text)
+        session_services.message_append(session=session, role="assistant", content="嗯。")
+    report = consolidation_run(session_id=session.pk, config=config)  # rounds 3-4
+    assert (report.summaries, report.facts) == (1, ["add"])
+    assert Summary.objects.get(first_round=3).text == "用户提到：我住在成都；我更喜欢简短的回答。"
+    city.refresh_from_db()
+    assert city.hit_count == 1  # round 3 was not read for facts a second time
+    assert Fact.objects.get(content="用户更喜欢简短的回答").sources.get().content == (
+        "我更喜欢简短的回答。"
+    )
