@@ -305,5 +305,11 @@ class SummaryAdmin(ReadOnlyAdmin):
 
 @admin.register(WorkingState)
 class WorkingStateAdmin(ReadOnlyAdmin):
-    list_display = ["session", "compressed_through", "extracted_through", "updated_at"]
+    list_display = [
+        "session",
+        "compressed_through",
+        "extracted_through",
+        "folded_through",
+        "updated_at",
+    ]
     search_fields = ["session__id"]

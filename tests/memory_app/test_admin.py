@@ -139,6 +139,9 @@ def test_summaries_and_working_states_are_read_only(admin_client, owner, make_se
     assert admin_client.get("/admin/memory_app/summary/add/").status_code == 403
     page = admin_client.get(f"/admin/memory_app/summary/{summary.pk}/change/").text
     assert 'name="text"' not in page  # shown, not editable
+    # The three cursors: summarised, extracted, folded into the rolling summary.
+    listing = admin_client.get("/admin/memory_app/workingstate/").text
+    assert all(f"column-{name}" in listing for name in ("compressed_through", "folded_through"))
 
 
 def test_a_fact_edited_into_another_facts_words_in_the_form_is_merged(admin_client, owner):
