@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from episodes_app.models import Episode
 from llm.tokens import estimate_tokens
-from sessions_app.search import bm25, matching, query_terms
+from sessions_app.search import bm25, matching, mean_length, query_terms
 
 # Episodes scored per search: the owner's most recent ones.
 SEARCH_WINDOW = 500
@@ -55,16 +55,20 @@ def episodes_search(
     # BM25's document count rides on the candidates' query (one round trip on every full-path
     # turn, not two): the owner's episodes, the excluded session's included.
     owner_total = episodes.order_by().values("owner").annotate(n=Count("pk")).values("n")[:1]
+    # So does the mean length BM25 normalises by: the owner's episodes' (a sample), not the
+    # candidates', which changed with the words of the query.
+    owner_length = mean_length(episodes)
     if exclude_session_id:
         episodes = episodes.exclude(session_ref=exclude_session_id)
     candidates = list(
         matching(episodes, terms)
-        .annotate(owner_total=Subquery(owner_total))
+        .annotate(owner_total=Subquery(owner_total), owner_length=owner_length)
         .order_by("-timestamp", "-id")[:SEARCH_WINDOW]
     )
     total = candidates[0].owner_total if candidates else 0
+    avgdl = candidates[0].owner_length if candidates else None
     scored = []
-    for ranked in bm25(terms, ((e, e.search_tokens) for e in candidates), total):
+    for ranked in bm25(terms, ((e, e.search_tokens) for e in candidates), total, avgdl=avgdl):
         score = ranked.score
         if recency:
             age_days = max(0.0, (now - ranked.item.timestamp).total_seconds() / 86400)

@@ -10,7 +10,14 @@ from django.db.models.expressions import RawSQL
 from memory_app import confidence
 from memory_app.models import Fact, Procedure
 from memory_app.normalize import content_key
-from sessions_app.search import CANDIDATE_CAP, Ranked, bm25, matching, query_terms
+from sessions_app.search import (
+    CANDIDATE_CAP,
+    Ranked,
+    bm25,
+    matching,
+    mean_length,
+    query_terms,
+)
 
 # How much a fully relevant fact outweighs confidence: a relevant fact at 0.5 (0.5 + 1.0)
 # goes before an unrelated one at 0.99.
@@ -64,7 +71,7 @@ def facts_for_injection(
     # message, found through the search index. Loading and scoring every active fact made a
     # turn's cost grow with the store (about 0.9 s a turn at 10,000 facts, bench.turn_overhead);
     # this stays one query, and a few milliseconds, at any size. N for the idf is still the
-    # whole store, counted in the same query; the mean length is that of the ranked facts.
+    # whole store, counted in the same query, and so is the mean length (a sample of it).
     seed = candidates.values("pk")[:limit]
     total = Subquery(
         candidates.order_by().values("owner").annotate(total=Count("pk")).values("total")[:1]
@@ -78,23 +85,27 @@ def facts_for_injection(
     # 10,000 facts for a message whose words few facts share); as an uncorrelated subquery the
     # set comes from the GIN index once.
     matched = matching(facts_for_owner(owner=owner), terms).values("pk").query
+    # The mean length is the store's, whatever words the message has: the ranked facts' own
+    # mean changed with them.
     rows = list(
         candidates.filter(Q(pk__in=seed) | Q(pk__in=RawSQL(*matched.sql_with_params())))
-        .annotate(candidates_total=total)
+        .annotate(candidates_total=total, mean_length=mean_length(candidates))
         .order_by("-confidence", "-last_accessed", "-id")
-        .values_list(*fields, "candidates_total")[: limit + INJECTION_CANDIDATES]
+        .values_list(*fields, "candidates_total", "mean_length")[: limit + INJECTION_CANDIDATES]
     )
     if not rows:
         return []
     pk, confidence_at, tokens_at = (fields.index(f) for f in ("id", "confidence", "search_tokens"))
-    ranked = bm25(terms, ((row, row[tokens_at]) for row in rows), total_docs=rows[0][-1])
+    ranked = bm25(
+        terms, ((row, row[tokens_at]) for row in rows), total_docs=rows[0][-2], avgdl=rows[0][-1]
+    )
     relevance = {}
     if ranked:
         best = ranked[0].score
         relevance = {item.item[pk]: item.score / best for item in ranked}
     # A stable sort: ties, and facts sharing no term, keep the design's order (the rows').
     rows.sort(key=lambda row: -(row[confidence_at] + RELEVANCE_WEIGHT * relevance.get(row[pk], 0)))
-    return [Fact.from_db(candidates.db, fields, row[:-1]) for row in rows[:limit]]
+    return [Fact.from_db(candidates.db, fields, row[:-2]) for row in rows[:limit]]
 
 
 def facts_search(
@@ -106,8 +117,12 @@ def facts_search(
     if not include_inactive:
         facts = facts.filter(status=Fact.Status.ACTIVE)
     total = facts.count()
-    candidates = matching(facts, terms).order_by("-id")[:CANDIDATE_CAP]
-    return bm25(terms, ((fact, fact.search_tokens) for fact in candidates), total)[:limit]
+    found = matching(facts, terms).annotate(mean_length=mean_length(facts))
+    candidates = list(found.order_by("-id")[:CANDIDATE_CAP])
+    avgdl = candidates[0].mean_length if candidates else None
+    return bm25(terms, ((fact, fact.search_tokens) for fact in candidates), total, avgdl=avgdl)[
+        :limit
+    ]
 
 
 def procedures_active(*, owner: AbstractBaseUser) -> list[Procedure]:

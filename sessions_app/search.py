@@ -15,11 +15,10 @@ over the candidates:
 
 with tf(t, d) = own count + context_weight * context count (|d| likewise), N the owner's
 number of documents of that kind, df counted over the candidates (exact unless the candidate
-cap was reached) and avgdl a mean length: for messages the owner's (TUNING.avgdl; a sample of
-their recent messages, whichever words the query has), for facts and episodes the candidates'.
-Message search prefers the messages from the
-time a question names ("last May", "上周"). The values are in TUNING; docs/search.md has the
-held-back LoCoMo numbers behind each.
+cap was reached) and avgdl the mean length of the owner's rows of that kind (a sample, taken
+in the statement that counts N: whichever words the query has; TUNING.avgdl). Message search
+prefers the messages from the time a question names ("last May", "上周"). The values are in
+TUNING; docs/search.md has the held-back LoCoMo numbers behind each.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BooleanField, F, Q, QuerySet
+from django.db.models import BooleanField, F, FloatField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from llm.text import TimeSpan, time_named, tokenize
@@ -60,7 +59,8 @@ class Tuning:
     # Whose mean length message search normalises by: "collection", the owner's messages (a
     # sample that does not depend on the query: sessions_app.selectors._history_size), or
     # "candidates", the rows the query matched, which made a row's normalisation change with
-    # the other words of the question. Facts and episodes still use their candidates'.
+    # the other words of the question. Facts and episodes always use their owner's
+    # (mean_length).
     avgdl: str = "collection"
     # A lower bound on a matching term's weight, so a long row is not normalised down to
     # nothing: BM25+ (`lower_bound` "plus": delta added to each matching term's weight) or
@@ -383,6 +383,19 @@ def length_sql(column: str) -> str:
     own = tokens(f"SUBSTR({column}, 1, {mark})")  # up to the mark: " a b |" holds a, b
     every = tokens(column)  # the mark included
     return f"CASE WHEN {mark} > 0 THEN {own} + %s * ({every} - {own} - 1) ELSE {every} END"
+
+
+def mean_length(rows: QuerySet, *, sample: int = 1000) -> RawSQL:
+    """An expression (a scalar subquery) for the mean length (length_sql) of `rows`, or of
+    `sample` of them when there are more: BM25's avgdl for a kind whose rows are ranked, to
+    ride on a query that is made anyway. Raw SQL, so the ORM does not re-alias the table
+    `rows` names when the outer query reads the same one."""
+    sql, params = rows.order_by().values("search_tokens")[:sample].query.sql_with_params()
+    return RawSQL(
+        f"SELECT AVG({length_sql('sample.search_tokens')}) FROM ({sql}) sample",
+        [TUNING.context_weight, *params],
+        output_field=FloatField(),
+    )
 
 
 @dataclass(frozen=True)

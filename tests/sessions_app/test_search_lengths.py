@@ -1,5 +1,5 @@
-"""BM25's length normalisation: message search divides by the mean length of the owner's
-messages, not of the candidates a query happened to match."""
+"""BM25's length normalisation: each search divides by the mean length of the owner's rows of
+that kind (messages, facts, episodes), not of the candidates a query happened to match."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from episodes_app.models import Episode
+from episodes_app.selectors import episodes_search
+from memory_app.selectors import facts_search
+from memory_app.services import fact_write
 from sessions_app import search, selectors
 from sessions_app.models import Message
-from sessions_app.search import CONTEXT_MARK, bm25
+from sessions_app.search import CONTEXT_MARK, bm25, search_tokens
 
 
 def _length(tokens: str) -> float:
@@ -83,3 +87,42 @@ def test_a_lower_bound_keeps_a_very_long_rows_match_worth_something(monkeypatch,
     idf = math.log(1 + (100 - 1 + 0.5) / (1 + 0.5))
     assert plain < 0.05 * idf  # normalised down to almost nothing
     assert bounded > 0.3 * idf
+
+
+def _score_of(ranked, item) -> float:
+    return next(r.score for r in ranked if r.item == item)
+
+
+@pytest.mark.django_db
+def test_fact_and_episode_scores_do_not_change_with_the_other_candidates(owner, make_session):
+    def fact(content: str):
+        return fact_write(
+            owner=owner, content=content, category="knowledge", confidence=0.8, source="api"
+        )
+
+    sister = fact("The user's sister lives in Lisbon")
+    fact("The user walks across the bridges of Porto " + "and along the river " * 8)
+    alone = facts_search(owner=owner, query="Lisbon")
+    beside = facts_search(owner=owner, query="Lisbon bridges")
+    assert _score_of(beside, sister) == pytest.approx(_score_of(alone, sister))
+
+    def episode(summary: str) -> Episode:
+        session = make_session(owner, "hello", "hi")
+        return Episode.objects.create(
+            owner=owner,
+            session=session,
+            session_ref=session.pk,
+            summary=summary,
+            search_tokens=search_tokens(summary),
+            turn_count=2,
+            model="offline",
+        )
+
+    trip = episode("Planned the trip to Lisbon")
+    episode("Talked about Porto's bridges " + "and the river " * 10)
+
+    def score(query: str) -> float:
+        found = episodes_search(owner=owner, query=query)
+        return next(item.score for item in found if item.episode == trip)
+
+    assert score("Lisbon bridges") == pytest.approx(score("Lisbon"))
