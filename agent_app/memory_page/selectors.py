@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models.functions import Substr
 
 from memory_app.models import Fact, MemoryReview
 from memory_app.selectors import facts_for_owner
@@ -53,22 +54,33 @@ SHOWN_FIELDS = (
 )
 
 
+# How much of a source message a list shows beside its link (the fact's page shows more).
+SAID_EXCERPT_CHARS = 120
+
+
 def facts_shown(facts: QuerySet[Fact], start: int = 0, stop: int | None = None) -> list[Fact]:
     """Rows start:stop of `facts` as a page shows them, in two queries whatever their number:
-    the facts, each with `message_seq` (the one message facts stored before `sources` name,
-    joined here rather than in `facts`, so that a paginator's count stays an index-only scan),
-    then `said_in`: the (session id, seq) of every message each was said in, as plain tuples
-    (model instances and a related manager per fact cost more than the query)."""
-    rows = list(facts.only(*SHOWN_FIELDS).annotate(message_seq=F("message__seq"))[start:stop])
-    said: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    the facts, each with `message_seq` and `message_said` (the one message facts stored before
+    `sources` name, joined here rather than in `facts`, so that a paginator's count stays an
+    index-only scan), then `said_in`: the (session id, seq, the start of what was said) of
+    every message each was said in, as plain tuples (model instances and a related manager per
+    fact cost more than the query). Only the start of a message is read: it may be long."""
+    excerpt = Substr("message__content", 1, SAID_EXCERPT_CHARS + 1)
+    rows = list(
+        facts.only(*SHOWN_FIELDS).annotate(message_seq=F("message__seq"), message_said=excerpt)[
+            start:stop
+        ]
+    )
+    said: dict[int, list[tuple[str, int, str]]] = defaultdict(list)
     if rows:
         links = (
             Fact.sources.through.objects.filter(fact_id__in=[row.pk for row in rows])
+            .annotate(said=excerpt)
             .order_by("message__session_id", "message__seq")
-            .values_list("fact_id", "message__session_id", "message__seq")
+            .values_list("fact_id", "message__session_id", "message__seq", "said")
         )
-        for fact_id, session_id, seq in links:
-            said[fact_id].append((session_id, seq))
+        for fact_id, session_id, seq, text in links:
+            said[fact_id].append((session_id, seq, text))
     for row in rows:
         row.said_in = said[row.pk]
     return rows

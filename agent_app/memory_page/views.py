@@ -139,13 +139,19 @@ def _decorate(facts: list[Fact]) -> list[Fact]:
         fact.url = f"{facts_root}facts/{fact.pk}/"
         said = fact.said_in
         if not said and fact.session_id and fact.message_seq:  # stored before `sources`
-            said = [(fact.session_id, fact.message_seq)]
+            said = [(fact.session_id, fact.message_seq, fact.message_said or "")]
+        # (label, url, the start of what was said there): the turn a fact was learnt from is
+        # shown beside its link, so it can be judged without opening the session.
         fact.links = [
-            (f"{session_id} #{seq}", message_url(session_id, seq, sessions_root))
-            for session_id, seq in said
+            (
+                f"{session_id} #{seq}",
+                message_url(session_id, seq, sessions_root),
+                _short(text, selectors.SAID_EXCERPT_CHARS),
+            )
+            for session_id, seq, text in said
         ]
         if not said and fact.session_id:  # learnt in a session, no message named
-            fact.links = [(fact.session_id, f"{sessions_root}{quote(fact.session_id)}/")]
+            fact.links = [(fact.session_id, f"{sessions_root}{quote(fact.session_id)}/", "")]
     return facts
 
 

@@ -244,6 +244,17 @@ def test_facts_tab_shows_each_fact_with_its_category_confidence_source_and_use(o
     assert "后台整理 / Consolidator" in html
 
 
+def test_a_facts_source_turn_is_shown_beside_its_link_only_its_start(owner, make_session):
+    long = "我住在里斯本，" + "每天早上去河边跑步。" * 200  # 2,007 characters
+    session = make_session(owner, long, "好的")
+    learnt = fact(owner, "用户住在里斯本", sources=[session.messages.get(seq=1)])
+    html = client_for(owner).get("/memory/").text
+    row = html[html.index(f'id="fact-{learnt.pk}"') :]
+    row = row[: row.index("</tr>")]
+    said = row.split('<q class="said">', 1)[1].split("</q>", 1)[0]
+    assert said == long[:119] + "…"
+
+
 def test_facts_tab_searches_filters_sorts_and_pages(owner):
     tea = fact(owner, "Ada drinks green tea", category=Fact.Category.PREFERENCE, confidence=0.6)
     fact(owner, "Ada decided to move to Lisbon", category=Fact.Category.DECISION, confidence=0.9)

@@ -9,12 +9,14 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django.utils.html import escape
 
 from agent_app.lifecycle import sessions_finish_idle_task
 from episodes_app.models import Episode
 from ethan_site import queue
 from memory_app.models import Fact, WorkingState
 from sessions_app.models import ChatSession, Message
+from tests.agent_app.test_memory_page import client_for
 from tests.conftest import run_ethan
 from tests.fakes.base import Reply
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -129,6 +131,13 @@ def test_a_six_round_api_session_closed_idle_has_its_facts_each_round_once(
     assert session_episode_write(session_id=session_id) is True
     assert mini.calls == ["consolidate"]
     assert Fact.objects.count() == 6 and all(fact.hit_count == 1 for fact in facts)
+
+    # 我记忆's New tab lists what the session's end learnt, each with the turn it came from.
+    page = client_for(owner).get("/memory/new/").content.decode()
+    for fact, message in zip(facts, users, strict=True):
+        row = page.split(f'id="new-{fact.pk}"', 1)[1].split("</tr>", 1)[0]
+        assert f"{session_id} #{message.seq}" in row
+        assert f'<q class="said">{escape(message.content)}</q>' in row
 
 
 def test_a_closed_terminal_ends_the_console_and_remembers_the_conversation(tmp_path):
