@@ -12,7 +12,11 @@ other):
   the messages. --warm-capacity N runs it with a smaller warm zone, a diagnostic of what
   limits it (the default warm zone of 20 rounds is larger than most LoCoMo sessions, so
   their facts are never extracted), never a tuned setting. Its chart is
-  docs/locomo_recall_no_observations.png (give --chart that path).
+  docs/locomo_recall_no_observations.png (give --chart that path). `--end-to-end offline`
+  (the default) extracts with the offline model; `--end-to-end replay` with ReplayedExtractor,
+  a loopback OpenAI-wire model that answers each extraction request with LoCoMo's own
+  observations of exactly the turns it was shown: a language model's facts going Ethan's
+  whole real path. Both print `end-to-end injection recall (half B, …): X.XXX`.
 
 Then, for every question, a fresh turn is built (full path) and we measure:
 
@@ -346,6 +350,96 @@ class Scored:
     values: dict[str, float]
 
 
+class ReplayedExtractor:
+    """The compression model of `--end-to-end replay`: a loopback server speaking the OpenAI
+    wire protocol (tests/fakes) that answers each consolidating or extracting request with
+    LoCoMo's own observations (written by a language model, each naming its dia_id) for exactly
+    the turns shown in that request from the first it may take facts from, each with its turn
+    number. It stands in for a real model's extraction, which cannot be called here: every fact
+    still goes Ethan's real way (when extraction runs, provenance from the turn numbers, dedupe,
+    reinforcement, supersession, capacity, injection ranking). Summaries are the transcript's
+    first words; folds join the summaries."""
+
+    SUMMARY_WORDS = 60
+
+    def __init__(self) -> None:
+        from tests.fakes.openai_fake import FakeOpenAI
+
+        self.fake = FakeOpenAI()
+        self.fake.responder = self._answer
+        self.by_text: dict[str, list[str]] = {}  # a turn's text → its dia_ids
+        self.observed: dict[str, list[str]] = {}  # dia_id → its observations
+        self.calls: dict[str, int] = {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"OPENAI_API_KEY": "replay", "OPENAI_BASE_URL": f"{self.fake.url}/v1"}
+
+    def use(self, sample: dict[str, Any], loaded: Loaded) -> None:
+        """The conversation now being consolidated (dia_ids repeat across conversations)."""
+        self.by_text, self.observed = {}, {}
+        for dia_id, text in loaded.turn_text.items():
+            self.by_text.setdefault(text.strip(), []).append(dia_id)
+        for per_speaker in (sample.get("observation") or {}).values():
+            for items in per_speaker.values():
+                for text, dia_id in items:
+                    if isinstance(dia_id, str):
+                        self.observed.setdefault(dia_id, []).append(text)
+
+    @staticmethod
+    def turns(transcript: str) -> list[str]:
+        """The texts of llm.memory.render_transcript's numbered turns, in order."""
+        texts: list[str] = []
+        for line in transcript.split("\n"):
+            numbered = re.match(r"^\[\d+\] (?:user|assistant): (.*)$", line)
+            if numbered:
+                texts.append(numbered.group(1))
+            elif texts and line.startswith("  "):
+                texts[-1] += "\n" + line[2:]
+        return texts
+
+    def facts(self, system: str, transcript: str) -> list[dict[str, Any]]:
+        first = re.search(r"take facts only from turn \[(\d+)\]", system)
+        start = int(first.group(1)) if first else 1
+        facts = []
+        for number, text in enumerate(self.turns(transcript), start=1):
+            if number < start:
+                continue
+            for dia_id in self.by_text.get(text.strip(), [])[:1]:
+                for observation in self.observed.get(dia_id, []):
+                    facts.append(
+                        {
+                            "content": observation,
+                            "category": "knowledge",
+                            "importance": 0.8,
+                            "turns": [number],
+                        }
+                    )
+        return facts
+
+    def _answer(self, recorded):
+        from tests.fakes.base import Reply
+        from tests.fakes.openai_fake import FakeOpenAI
+
+        body = recorded.body
+        system, prompt = body["messages"][0]["content"], body["messages"][-1]["content"]
+        words = " ".join(" ".join(self.turns(prompt)).split()[: self.SUMMARY_WORDS])
+        if "You do two things with a conversation" in system:
+            kind, text = "consolidate", {"summary": words, "facts": self.facts(system, prompt)}
+        elif "extract long-term memories" in system:
+            kind, text = "extract", {"facts": self.facts(system, prompt)}
+        elif "running summary" in system:
+            kind, text = "fold", " ".join(prompt.split()[: self.SUMMARY_WORDS * 2])
+        else:
+            kind, text = "summarize", words
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        content = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+        return Reply(body=FakeOpenAI.text(content) | {"model": body["model"]})
+
+    def close(self) -> None:
+        self.fake.close()
+
+
 def recall_at(prefix: str, ranked: list, evidence: list[str]) -> dict[str, float]:
     return {f"{prefix}@{k}": recall(set(ranked[:k]), evidence) for k in RECALL_AT}
 
@@ -357,12 +451,17 @@ def evaluate(
     *,
     first: int = 0,
     without_next_turn: bool = False,
+    extractor: ReplayedExtractor | None = None,
 ) -> list[Scored]:
-    """Every question of `samples` (the file's conversations first, first + 1, …) scored."""
+    """Every question of `samples` (the file's conversations first, first + 1, …) scored.
+    With `extractor`, consolidation's compression model is that replay of the conversation's
+    observations (else the offline model)."""
     scored: list[Scored] = []
     for offset, sample in enumerate(samples):
         index = first + offset
         loaded = load_conversation(sample, index, observations, without_next_turn=without_next_turn)
+        if extractor is not None:
+            extractor.use(sample, loaded)
         consolidate(loaded)
         turns = list(loaded.turn_text.items())
         for question in questions(sample, index, set(loaded.turn_text)):
@@ -831,6 +930,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--observations", action="store_true", help="load each conversation's observations as facts"
     )
+    parser.add_argument(
+        "--end-to-end",
+        choices=("offline", "replay"),
+        default="offline",
+        help="without --observations, what extracts Ethan's own facts: the offline model, or a "
+        "replay of LoCoMo's observations for the turns each request shows (ReplayedExtractor)",
+    )
     parser.add_argument("--conversations", type=int, default=None, help="only the first N")
     parser.add_argument("--quick", action="store_true", help="the first two conversations")
     parser.add_argument(
@@ -920,11 +1026,38 @@ def main(argv: list[str] | None = None) -> int:
         from django.conf import settings
 
         settings.ETHAN_MEMORY_WARM_CAPACITY = args.warm_capacity
-    table = summarise(
-        evaluate(samples, args.observations, progress, without_next_turn=args.without_next_turn)
-    )
+    extractor = None
+    if args.end_to_end == "replay" and not args.observations:
+        from llm import config
+
+        extractor = ReplayedExtractor()
+        config.configure(env=extractor.env, compression_model="gpt-4o-mini")
+    try:
+        table = summarise(
+            evaluate(
+                samples,
+                args.observations,
+                progress,
+                without_next_turn=args.without_next_turn,
+                extractor=extractor,
+            )
+        )
+    finally:
+        if extractor is not None:
+            extractor.close()
     text = markdown(table)
     print(text)
+    if not args.observations:
+        who = "replayed extractor" if extractor is not None else "offline"
+        for half in HALVES:
+            row = table.get(f"overall (1-4), half {half}")
+            if row is not None:
+                print(
+                    f"end-to-end injection recall (half {half}, {who}): "
+                    f"{row['inject_relevance']:.3f}"
+                )
+        if extractor is not None:
+            print(f"compression-model calls: {extractor.calls}")
     if not args.no_record:
         if not args.without_next_turn:  # the charts show the shipped indexing only
             chart(table, args.chart)
@@ -932,7 +1065,13 @@ def main(argv: list[str] | None = None) -> int:
         mode = (
             "observations loaded as facts"
             if args.observations
-            else "end-to-end: Ethan's own facts (offline extraction, provenance), no observations"
+            else "end-to-end: Ethan's own facts ("
+            + (
+                "LoCoMo's observations replayed as the extractor's answers"
+                if extractor is not None
+                else "offline extraction"
+            )
+            + ", provenance), no observations"
             + (f", warm zone {args.warm_capacity} rounds" if args.warm_capacity else "")
         ) + (
             "; ablation: messages indexed without the next turn's words (each keeps its own "

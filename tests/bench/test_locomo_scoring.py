@@ -230,3 +230,46 @@ def test_a_single_speakers_log_holds_their_turns_and_the_questions_on_them():
         "Where does Ada's sister live?",
         "What instrument did Ada start learning?",
     ]
+
+
+@pytest.mark.django_db
+def test_the_replayed_extractor_answers_with_the_observations_of_the_turns_shown(llm_config):
+    """End-to-end with the replay: the facts Ethan stores are the observations of the turns its
+    consolidation showed the extractor, each tied to its message, and they are injected."""
+    from memory_app.models import Fact
+
+    extractor = locomo.ReplayedExtractor()
+    llm_config.configure(env=extractor.env, compression_model="gpt-4o-mini")
+    try:
+        scored = locomo.evaluate([SAMPLE], observations=False, extractor=extractor)
+    finally:
+        extractor.close()
+
+    facts = {f.content: [m.content for m in f.sources.all()] for f in Fact.objects.all()}
+    assert facts == {
+        "Ada's sister moved to Lisbon last spring.": [
+            "I visited my sister in Lisbon, she moved there last spring."
+        ],
+        "Bo adopted a grey cat named Miso.": [
+            "Lovely. I adopted a grey cat named Miso. [image: a photo of a grey cat]"
+        ],
+    }
+    found = by_question(scored)
+    assert found["Where does Ada's sister live?"]["inject_relevance"] == 1.0
+    assert found["What instrument did Ada start learning?"]["inject_relevance"] == 0.0
+
+
+def test_the_replayed_extractor_reads_numbered_turns_from_the_first_it_may_use():
+    extractor = locomo.ReplayedExtractor()
+    try:
+        extractor.by_text = {"a\nsecond line": ["D1:1"], "b": ["D1:2"]}
+        extractor.observed = {"D1:1": ["first"], "D1:2": ["second"]}
+        transcript = "[1] user: a\n  second line\n[2] assistant: b"
+        assert extractor.turns(transcript) == ["a\nsecond line", "b"]
+        assert [f["content"] for f in extractor.facts("", transcript)] == ["first", "second"]
+        later = "… take facts only from turn [2] onwards"
+        assert extractor.facts(later, transcript) == [
+            {"content": "second", "category": "knowledge", "importance": 0.8, "turns": [2]}
+        ]
+    finally:
+        extractor.close()
