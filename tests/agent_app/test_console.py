@@ -148,10 +148,13 @@ def test_a_database_error_mid_turn_is_one_line_and_keeps_only_the_message(
     assert not Fact.objects.exists()
 
 
-def test_the_console_answers_with_the_persons_own_model(owner, fakes):
+def test_the_console_answers_with_the_persons_own_model(owner, fakes, settings):
     """An imported config.yaml's `model` applies in the console as everywhere (the one rule
     of agent_app.turn.model_choose), unless --model says otherwise."""
     from agent_app.models import OwnerSettings
+
+    # The session's end runs in this process, as with no broker (with one, a worker's).
+    settings.ETHAN_EMBEDDED = True
 
     openai = fakes["openai"]
     OwnerSettings.objects.create(owner=owner, values={"model": "gpt-4o"})
