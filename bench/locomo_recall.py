@@ -16,7 +16,8 @@ other):
   (the default) extracts with the offline model; `--end-to-end replay` with ReplayedExtractor,
   a loopback OpenAI-wire model that answers each extraction request with LoCoMo's own
   observations of exactly the turns it was shown: a language model's facts going Ethan's
-  whole real path. Both print `end-to-end injection recall (half B, …): X.XXX`.
+  whole real path. Both print one line per half, `end-to-end injection recall (half B, …):`
+  followed by the value.
 
 Then, for every question, a fresh turn is built (full path) and we measure:
 
