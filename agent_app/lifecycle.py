@@ -18,7 +18,7 @@ from django.db.models import F
 
 from episodes_app import services as episode_services
 from ethan_site.queue import enqueue, ethan_task
-from memory_app.consolidator import consolidation_finish
+from memory_app.consolidator import consolidation_finish, consolidation_run
 from memory_app.models import WorkingState
 from memory_app.working import sessions_consolidation_due
 from sessions_app import services as session_services
@@ -72,6 +72,15 @@ def session_episode_write(*, session_id: str) -> bool:
         session=session, earlier_summary=rolling, summary=summary
     )
     return episode is not None
+
+
+def session_learn(*, session_id: str) -> bool:
+    """An ended session that was never lived here (an import) consolidated whole, as if it had
+    been: its compress batches (summaries with their facts) and folds, then its end, the episode
+    and the last facts in one call. Safe to repeat and to resume after a stop: every step claims
+    its rounds. True when an episode was written."""
+    consolidation_run(session_id=session_id, finish=False)
+    return session_episode_write(session_id=session_id)
 
 
 def sessions_finish_pending(*, owner) -> int:

@@ -60,10 +60,11 @@ def compression_model(session: ChatSession) -> str:
 
 
 def consolidation_run(
-    *, session_id: str, config: MemoryConfig | None = None
+    *, session_id: str, config: MemoryConfig | None = None, finish: bool = True
 ) -> ConsolidationReport:
     """Compress (and extract) every batch that is due, fold a full warm zone, and for a session
-    that ended with rounds not extracted (its end-of-session task was lost), extract them."""
+    that ended with rounds not extracted (its end-of-session task was lost), extract them
+    (unless `finish` is False: the caller writes the session's end itself, episode included)."""
     report = ConsolidationReport()
     session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
@@ -74,7 +75,7 @@ def consolidation_run(
         pass
     while _fold_if_due(session, config, report):
         pass
-    if session.ended_at is not None:
+    if finish and session.ended_at is not None:
         consolidation_finish(session=session, report=report)
     return report
 
