@@ -71,6 +71,9 @@ if ETHAN_HTTPS:
 # as JSON-escaped CJK). Anything bigger is answered 413 before it is read (ethan_site.errors).
 ETHAN_MAX_BODY_BYTES = _config.positive("ETHAN_MAX_BODY_BYTES", 1_048_576)
 DATA_UPLOAD_MAX_MEMORY_SIZE = ETHAN_MAX_BODY_BYTES
+# An export uploaded on the memory page (ChatGPT or Claude, docs/import.md): it waits in the
+# database for its task, so it is bounded; a larger one imports with `ethan import --from`.
+ETHAN_IMPORT_MAX_BYTES = _config.positive("ETHAN_IMPORT_MAX_BYTES", 50 * 1_048_576)
 
 # Error pages never show a secret, debug or not: settings whose names say so, passwords in
 # URLs and every configured secret value are masked (ethan_site.errors).

@@ -43,12 +43,27 @@ class ChatSession(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # A conversation imported from another assistant: "chatgpt:<its id>" or "claude:<uuid>",
+    # so importing the same export again finds it (sessions_app.imports). Empty otherwise.
+    external_id = models.CharField(max_length=200, blank=True, editable=False)
+    # The model the other assistant answered an imported conversation with ("gpt-4o"): kept
+    # as history only. `model` stays empty, so Ethan's own model continues the conversation and
+    # consolidates it, not one it may have no key for.
+    external_model = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         verbose_name = "session"
         indexes = [
             # session_list and `-r last`: one owner's sessions, newest activity first.
             models.Index(fields=["owner", "-updated_at"], name="session_owner_recent"),
+        ]
+        constraints = [
+            # An imported conversation is one session per owner, however often it is imported.
+            models.UniqueConstraint(
+                fields=["owner", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="session_external_unique",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -91,3 +106,48 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.role}: {self.content[:40]}"
+
+
+class ImportRun(models.Model):
+    """One import of another assistant's export (sessions_app.imports) and the learning that
+    follows it, as far as it has got: what the memory page polls, and what survives a stop."""
+
+    class Source(models.TextChoices):
+        CHATGPT = "chatgpt", "ChatGPT"
+        CLAUDE = "claude", "Claude"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        READING = "reading"
+        LEARNING = "learning"
+        DONE = "done"
+        FAILED = "failed"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
+    source = models.CharField(max_length=16, choices=Source.choices)
+    file_name = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    learn = models.BooleanField(default=True)
+    conversations_total = models.PositiveIntegerField(default=0)
+    conversations_done = models.PositiveIntegerField(default=0)
+    sessions_created = models.PositiveIntegerField(default=0)
+    messages_created = models.PositiveIntegerField(default=0)
+    learn_total = models.PositiveIntegerField(default=0)
+    learn_done = models.PositiveIntegerField(default=0)
+    # The one line a bad file is refused with, or why learning stopped.
+    error = models.TextField(blank=True)
+    # An upload from the page waits here until its task reads it (the web process and the
+    # worker may not share a disk); emptied once read.
+    upload = models.BinaryField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["owner", "-created_at"], name="importrun_owner_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.file_name} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in (self.Status.DONE, self.Status.FAILED)

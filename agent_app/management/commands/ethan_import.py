@@ -1,45 +1,27 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from agent_app.history_console import history_import_command, progress_bar
 from agent_app.transfer import LayoutError, layout_import, layout_read
 from sessions_app.services import local_user_get_or_create
 
 
-@contextmanager
-def message_progress(stream: TextIO) -> Iterator[Callable[[int, int], None] | None]:
+def message_progress(stream: TextIO):
     """A progress bar of the messages written, on `stream` when it is a terminal (none when
     the output goes to a file or a pipe)."""
-    if not stream.isatty():
-        yield None
-        return
-    columns = (
-        TextColumn("  messages"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, console=Console(file=stream)) as bar:
-        task = bar.add_task("messages", total=None)
-
-        def show(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield show
+    return progress_bar(stream, "messages")
 
 
 class Command(BaseCommand):
     help = (
         "Import the ~/.ethan file layout (sessions.db, memory/*.json, memory/user_profile.md, "
-        "config.yaml) for one user: all or nothing, and safe to repeat."
+        "config.yaml) for one user: all or nothing, and safe to repeat. With --from chatgpt or "
+        "--from claude PATH: another assistant's export, then learn from it (docs/import.md)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -50,12 +32,33 @@ class Command(BaseCommand):
             "--user", default=None, help="whose memory this is (default: the console's local user)"
         )
         parser.add_argument(
+            "--from",
+            dest="source",
+            choices=["chatgpt", "claude"],
+            help="import this assistant's export (a zip or its conversations.json) instead",
+        )
+        parser.add_argument("path", nargs="?", help="the export, with --from")
+        parser.add_argument(
+            "--no-learn", action="store_true", help="with --from: import without learning yet"
+        )
+        parser.add_argument(
+            "--learn",
+            action="store_true",
+            help="learn from the imported conversations not learnt yet (after a stop)",
+        )
+        parser.add_argument(
             "--dry-run",
             action="store_true",
             help="check everything and print the summary; write nothing",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["source"] or options["learn"]:
+            owner = local_user_get_or_create(username=options["user"])
+            history_import_command(self, owner, options)
+            return
+        if options["path"]:
+            raise CommandError("a file to import needs --from chatgpt or --from claude")
         home = (options["home"] or settings.ETHAN_HOME).expanduser()
         if not home.is_dir():
             raise CommandError(f"{home} is not a folder")

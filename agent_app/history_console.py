@@ -1,0 +1,77 @@
+"""`ethan import --from chatgpt|claude PATH` at the console: the import under a progress bar,
+the estimate of learning from it, then the learning itself (embedded: here, under a second
+bar; with a broker: queued on the memory queue). `ethan import --learn` goes on with learning
+that an earlier import left (a stop, or --no-learn)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from agent_app.history_import import (
+    history_import,
+    imports_learn,
+    imports_learn_start,
+    learning_estimate,
+)
+from sessions_app.imports.export import ExportError
+
+
+@contextmanager
+def progress_bar(stream: TextIO, label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on `stream` when it is a terminal (none into a file or a pipe)."""
+    if not stream.isatty():
+        yield None
+        return
+    columns = (TextColumn(f"  {label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(file=stream)) as bar:
+        task = bar.add_task(label, total=None)
+
+        def show(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield show
+
+
+def history_import_command(command: BaseCommand, owner: Any, options: dict[str, Any]) -> None:
+    """The command's work for --from and --learn; CommandError (exit 1) for a bad file."""
+    source, path = options["source"], options["path"]
+    if source:
+        if path is None:
+            raise CommandError(f"--from {source} needs the export: a zip or conversations.json")
+        path = Path(path).expanduser()
+        try:
+            with progress_bar(command.stderr._out, "conversations") as progress:
+                report = history_import(owner=owner, path=path, source=source, progress=progress)
+        except ExportError as exc:
+            raise CommandError(f"nothing imported: {exc}") from None
+        command.stdout.write(
+            f"imported for {owner.get_username()} from {path.name}: "
+            f"{report.conversations} conversations, {report.sessions_created} new, "
+            f"{report.messages_created} new messages, {report.unchanged} already there"
+        )
+        for title in report.changed:
+            command.stdout.write(
+                f"note: {title!r} changed since it was imported; kept as first imported"
+            )
+    if options["no_learn"]:
+        command.stdout.write("not learning from them now (--no-learn): `ethan import --learn`")
+        return
+    estimate = learning_estimate(owner=owner)
+    command.stdout.write(estimate.line())
+    if not estimate.conversations:
+        return
+    if not settings.ETHAN_EMBEDDED:
+        imports_learn_start(owner=owner)
+        command.stdout.write("learning in the background, on the memory queue, oldest first")
+        return
+    with progress_bar(command.stderr._out, "learning") as progress:
+        learnt = imports_learn(owner=owner, progress=progress)
+    command.stdout.write(f"learnt from {learnt} conversations")

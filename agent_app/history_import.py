@@ -1,0 +1,242 @@
+"""History from other assistants (ChatGPT, Claude): the import, then learning from it
+(docs/import.md).
+
+The import itself is sessions_app's (sessions_app.imports): each conversation becomes a session
+on the `import` channel. Learning crosses the layers, so it lives here: each imported session
+is consolidated as a live one is (agent_app.lifecycle.session_learn: its compress batches,
+folds, then its end with the episode and last facts), oldest conversation first, so that what
+the person said later supersedes what they said before.
+
+An imported session has no end (ended_at) until it has been learnt: that is what "still to
+learn" means, durably. A stop anywhere (the console closed, a worker killed) leaves the rest
+pending, and the next `ethan import --learn` (or the same import again) goes on from there;
+session_learn is safe to repeat on the session that was being learnt. An import with
+--no-learn leaves them all pending, and nothing else picks them up (the console's
+end-of-session catch-up only looks at ended sessions).
+
+With a broker, learning is a chain of tasks on the memory queue, one session each (each task
+queues the next), so the order holds and each step is acknowledged on its own; embedded, the
+same steps run in this process, under a progress bar.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from agent_app.lifecycle import session_learn
+from ethan_site.queue import enqueue, ethan_task
+from llm.memory import CONSOLIDATE_SYSTEM
+from llm.tokens import estimate_tokens
+from memory_app.working import MemoryConfig, memory_config
+from sessions_app.imports.export import ExportError
+from sessions_app.imports.services import ImportReport, export_import
+from sessions_app.models import ChatSession, ImportRun, Message
+
+log = logging.getLogger(__name__)
+
+# How often (in conversations or sessions) a run's progress row is written.
+PROGRESS_EVERY = 20
+
+
+def sessions_to_learn(*, owner: AbstractBaseUser) -> QuerySet:
+    """The owner's imported sessions not learnt yet, oldest conversation first."""
+    return (
+        ChatSession.objects.filter(
+            owner=owner,
+            channel=ChatSession.Channel.IMPORT,
+            ended_at__isnull=True,
+            round_count__gt=0,
+        )
+        .exclude(external_id="")
+        .order_by("created_at", "pk")
+    )
+
+
+@dataclass(frozen=True)
+class LearningEstimate:
+    """What learning the pending sessions will cost: compression-model calls and the tokens
+    they read (an estimate: llm.tokens, and the consolidation prompt once per call)."""
+
+    conversations: int = 0
+    rounds: int = 0
+    calls: int = 0
+    tokens: int = 0
+
+    def line(self) -> str:
+        return (
+            f"to learn: {self.conversations} conversations, {self.rounds} rounds: about "
+            f"{self.calls} compression-model calls reading about {self.tokens:,} tokens"
+        )
+
+
+def session_calls(rounds: int, config: MemoryConfig) -> int:
+    """Compression-model calls session_learn makes on a session of `rounds` rounds: a call per
+    compress batch that left the hot zone, a fold once the warm zone is full, and its end."""
+    if rounds < 1:
+        return 0
+    batches = max(0, (rounds - config.hot_size) // config.compress_batch)
+    folds = 1 if batches * config.compress_batch >= config.warm_capacity else 0
+    return batches + folds + 1
+
+
+def learning_estimate(*, owner: AbstractBaseUser) -> LearningEstimate:
+    config = memory_config()
+    pending = sessions_to_learn(owner=owner)
+    conversations = rounds = calls = 0
+    for count in pending.values_list("round_count", flat=True).iterator():
+        conversations += 1
+        rounds += count
+        calls += session_calls(count, config)
+    contents = Message.objects.filter(session__in=pending).values_list("content", flat=True)
+    tokens = sum(estimate_tokens(text) for text in contents.iterator(chunk_size=2000))
+    return LearningEstimate(
+        conversations=conversations,
+        rounds=rounds,
+        calls=calls,
+        tokens=tokens + calls * estimate_tokens(CONSOLIDATE_SYSTEM),
+    )
+
+
+def imported_session_learn(*, session_id: str) -> None:
+    """Learn one imported session, then give it its end (the conversation's last activity),
+    which takes it off the pending list. Killed in between, it is learnt again: safe."""
+    session_learn(session_id=session_id)
+    ChatSession.objects.filter(pk=session_id, ended_at__isnull=True).update(
+        ended_at=F("updated_at")
+    )
+
+
+def imports_learn(
+    *, owner: AbstractBaseUser, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """Learn every pending imported session of `owner` here, in order; returns how many."""
+    pending = list(sessions_to_learn(owner=owner).values_list("pk", flat=True))
+    for done, session_id in enumerate(pending, start=1):
+        imported_session_learn(session_id=session_id)
+        if progress:
+            progress(done, len(pending))
+    return len(pending)
+
+
+def imports_learn_start(*, owner: AbstractBaseUser, run: ImportRun | None = None) -> int:
+    """Queue the learning of the owner's pending imported sessions (the chain's first step,
+    after the current transaction commits); returns how many are pending."""
+    pending = sessions_to_learn(owner=owner).count()
+    if run is not None:
+        _run_update(run, status=ImportRun.Status.LEARNING, learn_total=pending, learn_done=0)
+    if pending:
+        enqueue(imports_learn_next_task, owner.pk, run.pk if run else None)
+    elif run is not None:
+        _run_update(run, status=ImportRun.Status.DONE)
+    return pending
+
+
+def imports_learn_next(*, owner_id: int, run_id: int | None = None) -> str | None:
+    """One step of the chain: learn the oldest pending session and queue the next step.
+    Returns the session learnt (None when nothing was left: the run is done)."""
+    owner = get_user_model().objects.filter(pk=owner_id).first()
+    run = ImportRun.objects.filter(pk=run_id).first() if run_id else None
+    session_id = (
+        sessions_to_learn(owner=owner).values_list("pk", flat=True).first() if owner else None
+    )
+    if session_id is None:
+        if run is not None:
+            _run_update(run, status=ImportRun.Status.DONE, learn_done=run.learn_total)
+        return None
+    imported_session_learn(session_id=session_id)
+    if run is not None:
+        ImportRun.objects.filter(pk=run.pk).update(
+            learn_done=F("learn_done") + 1, updated_at=timezone.now()
+        )
+    enqueue(imports_learn_next_task, owner_id, run_id)
+    return session_id
+
+
+def history_import(
+    *,
+    owner: AbstractBaseUser,
+    path: Path,
+    source: str,
+    run: ImportRun | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
+    """Import an export for `owner` (ExportError, nothing written, for a bad file), with its
+    progress on `run` (the memory page's row) and through `progress`."""
+
+    def show(done: int, total: int) -> None:
+        if run is not None and (done % PROGRESS_EVERY == 0 or done == total):
+            _run_update(run, conversations_done=done, conversations_total=total)
+        if progress:
+            progress(done, total)
+
+    if run is not None:
+        _run_update(run, status=ImportRun.Status.READING)
+    report = export_import(owner=owner, path=path, source=source, progress=show)
+    if run is not None:
+        _run_update(
+            run,
+            conversations_done=report.conversations,
+            conversations_total=report.conversations,
+            sessions_created=report.sessions_created,
+            messages_created=report.messages_created,
+        )
+    return report
+
+
+def import_upload_run(*, run_id: int) -> None:
+    """The memory page's upload, in the background: the file out of its row into a private
+    temporary file, imported, then learnt from (unless the person asked not to)."""
+    run = ImportRun.objects.select_related("owner").filter(pk=run_id).first()
+    if run is None or run.status != ImportRun.Status.QUEUED:
+        return  # gone, or taken by an earlier delivery of this task
+    data = ImportRun.objects.filter(pk=run.pk).values_list("upload", flat=True).first()
+    if data is None:
+        _run_update(run, status=ImportRun.Status.FAILED, error="the upload was lost; send again")
+        return
+    suffix = ".zip" if bytes(data[:4]) == b"PK\x03\x04" else ".json"
+    handle, name = tempfile.mkstemp(prefix="ethan-import-", suffix=suffix)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(bytes(data))
+        del data
+        path = Path(name)
+        try:
+            history_import(owner=run.owner, path=path, source=run.source, run=run)
+        except ExportError as exc:
+            message = str(exc).replace(path.name, run.file_name, 1)
+            _run_update(run, status=ImportRun.Status.FAILED, error=message, upload=None)
+            return
+    finally:
+        Path(name).unlink(missing_ok=True)
+    _run_update(run, upload=None)
+    if run.learn:
+        imports_learn_start(owner=run.owner, run=run)
+    else:
+        _run_update(run, status=ImportRun.Status.DONE)
+
+
+def _run_update(run: ImportRun, **fields) -> None:
+    for name, value in fields.items():
+        setattr(run, name, value)
+    fields["updated_at"] = timezone.now()
+    ImportRun.objects.filter(pk=run.pk).update(**fields)
+
+
+@ethan_task(name="memory.import_upload")
+def import_upload_task(run_id: int) -> None:
+    import_upload_run(run_id=run_id)
+
+
+@ethan_task(name="memory.import_learn_next")
+def imports_learn_next_task(owner_id: int, run_id: int | None = None) -> str | None:
+    return imports_learn_next(owner_id=owner_id, run_id=run_id)
