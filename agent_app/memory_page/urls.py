@@ -3,7 +3,7 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from agent_app.memory_page import views
+from agent_app.memory_page import imports, views
 
 app_name = "memory"
 
@@ -22,6 +22,8 @@ urlpatterns = [
     path("procedures/<int:procedure_id>/delete/", views.procedure_delete, name="procedure-delete"),
     path("episodes/", views.episodes, name="episodes"),
     path("sessions/", views.sessions, name="sessions"),
+    path("import/", imports.import_page, name="import"),
+    path("import/<int:run_id>/status/", imports.import_status, name="import-status"),
     path("sessions/<str:session_id>/", views.session_detail, name="session"),
     path("sessions/<str:session_id>/delete/", views.session_delete, name="session-delete"),
     # 我的画像 is the profile app's own page (/profile/), shown under the same tabs.

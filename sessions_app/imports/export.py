@@ -174,7 +174,7 @@ def conversations(
         except ijson.JSONError as exc:
             reason = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
             raise ExportError(
-                f"{name}: broken JSON after conversation {index} ({reason})"
+                f"{name}: broken JSON in conversation {index + 1} ({reason})"
             ) from None
         except (zipfile.BadZipFile, OSError, EOFError) as exc:
             raise ExportError(f"{name}: the zip is damaged ({exc})") from None

@@ -281,7 +281,7 @@ def later_item_not_an_object(path):
     [
         (broken_zip, "export.zip", "export.zip: not a readable zip"),
         (zip_without_conversations, "export.zip", "export.zip: the zip holds no conversations"),
-        (truncated_json, "conversations.json", "conversations.json: broken JSON after"),
+        (truncated_json, "conversations.json", "conversations.json: broken JSON in conversation 3"),
         (wrong_shape, "conversations.json", "conversations.json: not a chatgpt export"),
         (
             claude_given_as_chatgpt,
