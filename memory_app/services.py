@@ -85,12 +85,17 @@ def fact_write(
 ) -> Fact:
     """Add a fact, or reinforce the equal one the owner already has. The history names the
     writer: the source, or `mcp:<client>` for an MCP client. `sources` are the messages it
-    was said in (its provenance)."""
+    was said in (its provenance); without `message`, the earliest of them is the one it was
+    learnt from, and its words find the fact too (fact_search_tokens), as they find a fact
+    written with its message: "moved to Porto in May", extracted from "We finally moved, the
+    flat looks over the river", is found by a question about the flat."""
     content = _fact_content(content)
     actor = f"{source}:{source_client}" if source_client else source
     existing = selectors.fact_matching(owner=owner, content=content)
     if existing is not None:
         return fact_reinforce(fact=existing, confidence=confidence, actor=actor, sources=sources)
+    if message is None and sources:
+        message = next(iter(_owned(owner.pk, sources)), None)
     fact = Fact(
         owner=owner,
         content=content,
@@ -134,18 +139,22 @@ def fact_reinforce(
 def _sources_add(fact: Fact, messages: Sequence[Message]) -> list[dict]:
     """Link the fact to the messages it was said in (only its owner's, each once); returns the
     new ones as the history records them."""
+    owned = _owned(fact.owner_id, messages)
+    if not owned:
+        return []
+    known = set(fact.sources.filter(pk__in=[m.pk for m in owned]).values_list("pk", flat=True))
+    new = [m for m in owned if m.pk not in known]
+    fact.sources.add(*new)
+    return [{"session_id": m.session_id, "seq": m.seq} for m in new]
+
+
+def _owned(owner_id: int, messages: Sequence[Message]) -> list[Message]:
+    """The stored messages of `messages` that are the owner's, each once, earliest first."""
     wanted = {m.pk: m for m in messages if m.pk is not None}
     if not wanted:
         return []
-    owned = set(
-        Message.objects.filter(pk__in=wanted, session__owner_id=fact.owner_id).values_list(
-            "pk", flat=True
-        )
-    )
-    known = set(fact.sources.filter(pk__in=owned).values_list("pk", flat=True))
-    new = [wanted[pk] for pk in wanted if pk in owned and pk not in known]
-    fact.sources.add(*new)
-    return [{"session_id": m.session_id, "seq": m.seq} for m in new]
+    owned = Message.objects.filter(pk__in=wanted, session__owner_id=owner_id)
+    return [wanted[pk] for pk in sorted(owned.values_list("pk", flat=True))]
 
 
 def facts_mark_injected(*, facts: list[Fact]) -> None:

@@ -429,6 +429,41 @@ def test_extracted_facts_know_the_turns_they_came_from(owner, fakes, caplog):
     ]
 
 
+def _more_trusted_facts(owner, content: str) -> None:
+    """30 facts (`content` with {n}) above an extracted one's 0.8: more than a prompt holds."""
+    from memory_app.services import fact_write
+
+    for n in range(30):
+        fact_write(
+            owner=owner,
+            content=content.format(n=n),
+            category="knowledge",
+            confidence=0.85,
+            source="api",
+        )
+
+
+def test_an_extracted_fact_is_found_by_the_words_of_the_turn_it_came_from(owner, fakes):
+    """A model's fact keeps to the point; the turn it came from says more. A question in the
+    turn's words gets the fact injected, among more trusted facts than the prompt has room
+    for, as it does a fact written with its message."""
+    from agent_app.prompts import build_system
+
+    _more_trusted_facts(owner, "User's project number {n} is code-named P{n}")
+    session = _rounds(
+        owner, ["We finally moved! The flat looks over the river.", "ok"], model="gpt-4o"
+    )
+    moved = {"content": "User moved to Porto", "category": "knowledge", "importance": 0.8}
+    answer = {"summary": "The move.", "facts": [moved | {"turns": [1]}]}
+    fakes["openai"].fake.reply(fakes["openai"].text(json.dumps(answer)))
+    consolidation_run(session_id=session.pk, config=SMALL)
+
+    fact = Fact.objects.get(content="User moved to Porto")
+    assert fact.message == _said(session)[0]
+    system = build_system(owner=owner, mode="work", path="full", text="Which river is it over?")
+    assert fact in system.facts
+
+
 def test_offline_facts_know_their_message_and_reinforcement_adds_one(owner, llm_config):
     first = _rounds(owner, ["你好", "我住在成都。", "好的"])
     consolidation_run(session_id=first.pk, config=SMALL)
@@ -449,16 +484,8 @@ def test_a_plain_self_statement_comes_back_when_asked_about(owner, llm_config):
     """Offline: "我女儿叫小米" said in passing becomes a fact, and a later question about the
     daughter gets it injected, among more facts than the prompt has room for."""
     from agent_app.prompts import build_system
-    from memory_app.services import fact_write
 
-    for n in range(30):
-        fact_write(
-            owner=owner,
-            content=f"用户第{n}次提到的项目代号是 P{n}",
-            category="knowledge",
-            confidence=0.85,
-            source="api",
-        )
+    _more_trusted_facts(owner, "用户第{n}次提到的项目代号是 P{n}")
     session = _rounds(owner, ["我女儿叫小米，今年五岁。", "I'm flying to Oslo next week.", "好"])
     consolidation_run(session_id=session.pk, config=SMALL)
     daughter = Fact.objects.get(content__startswith="用户女儿叫小米")
