@@ -8,6 +8,7 @@
     ethan password                 set your password for the pages (/memory/, /profile/)
     ethan mcp [--http]             your memory for an MCP host over stdio (--http: at /mcp)
     ethan import|export [--home DIR]   from or to the original CLI's folder
+    ethan import --from chatgpt|claude PATH   your history from another assistant, then learnt
     ethan manage COMMAND [...]     any manage.py command (migrate, createsuperuser, ...)
     ethan --version                the installed version
 
