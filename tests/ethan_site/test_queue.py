@@ -73,6 +73,8 @@ TASK_NAMES = {
     "memory.catch_up",
     "memory.consolidate_session",
     "memory.evict_sweep",
+    "memory.import_learn_next",
+    "memory.import_upload",
     "sessions.cleanup_empty",
     "sessions.close_idle",
 }

@@ -38,7 +38,9 @@ def upload(client: Client, **fields):
 # Committed for real: the upload's task and the learning chain are queued after commits, as
 # in a running server.
 @pytest.mark.django_db(transaction=True)
-def test_an_upload_is_imported_and_learnt_in_the_background(owner, llm_config):
+def test_an_upload_is_imported_and_learnt_in_the_background(owner, llm_config, settings):
+    # Embedded, as on a laptop (the services suite has a broker: tests/services covers it).
+    settings.ETHAN_EMBEDDED = True
     client = client_for(owner)
     page = client.get("/memory/import/")
     assert page.status_code == 200

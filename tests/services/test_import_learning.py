@@ -1,0 +1,65 @@
+"""Learning from an imported export on a real Celery worker: the page's upload task imports
+it, then a chain of tasks on the memory queue learns one conversation at a time, oldest first."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from agent_app.history_import import import_upload_task, sessions_to_learn
+from episodes_app.models import Episode
+from ethan_site import queue
+from memory_app.models import Fact
+from sessions_app.models import ChatSession, ImportRun
+from tests.imports.exports import START, ChatGPT
+from tests.services.conftest import wait_for
+
+
+def export_bytes(count: int = 6) -> bytes:
+    chats = [
+        ChatGPT(f"c-{n}", f"Chat {n}", start=START + timedelta(days=n)).exchange(
+            (f"I like tea number {n}", "Noted."), ("Thanks", "Any time.")
+        )
+        for n in range(count)
+    ]
+    chats.append(
+        ChatGPT("c-home", "Home", start=START + timedelta(days=count)).exchange(
+            ("I live in Lisbon", "Lovely city.")
+        )
+    )
+    return json.dumps([chat.export() for chat in chats]).encode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_is_imported_and_learnt_on_the_memory_queue(workers, owner):
+    workers.start("memory", ETHAN_MODEL="offline")
+    run = ImportRun.objects.create(
+        owner=owner, source="chatgpt", file_name="conversations.json", upload=export_bytes()
+    )
+    queue.enqueue(import_upload_task, run.pk)  # autocommit: sent at once
+
+    def done() -> bool:
+        run.refresh_from_db()
+        return run.status in ("done", "failed")
+
+    assert wait_for(done, timeout=90), run.status
+    assert (run.status, run.error) == ("done", "")
+    assert (run.conversations_done, run.sessions_created, run.learn_done) == (7, 7, 7)
+    assert run.upload is None
+    assert not sessions_to_learn(owner=owner).exists()
+    assert Episode.objects.filter(owner=owner).count() == 6  # the one-round chat has none
+    lisbon = Fact.objects.get(owner=owner, content__icontains="Lisbon")
+    assert list(lisbon.sources.values_list("content", flat=True)) == ["I live in Lisbon"]
+    # Learnt in order: each session's end is its conversation's last activity, and the
+    # sessions' learning (their episodes' rows) came oldest first.
+    learnt = list(
+        Episode.objects.filter(owner=owner).order_by("pk").values_list("session_ref", flat=True)
+    )
+    by_age = list(
+        ChatSession.objects.filter(owner=owner, round_count__gte=2)
+        .order_by("created_at")
+        .values_list("pk", flat=True)
+    )
+    assert learnt == by_age
