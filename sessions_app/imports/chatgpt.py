@@ -6,11 +6,11 @@ the root gives that branch; the versions of an edited message that were left beh
 answers regenerated away, are not on it and are not imported.
 
 Kept: text parts and code (fenced), as written. Other parts become a short placeholder: an
-image "[image]", a file "[file: name]", a tool's output "[tool output]", a web result
-"[web page: title]". Skipped: what ChatGPT itself hides (system messages, the custom
-instructions it sends along, metadata.is_visually_hidden_from_conversation) and the model's
-private reasoning. The model is the conversation's default_model_slug, else the last
-assistant message's model_slug.
+image "[image]", a file "[file: name]", the assistant calling a tool "[tool use: browser]",
+a tool's output "[tool output]" (an image it made "[image]"), a web result "[web page: title]".
+Skipped: what ChatGPT itself hides (system messages, the custom instructions it sends along,
+metadata.is_visually_hidden_from_conversation) and the model's private reasoning. The model is
+the conversation's default_model_slug, else the last assistant message's model_slug.
 """
 
 from __future__ import annotations
@@ -57,7 +57,21 @@ def _content(message: dict[str, Any]) -> str:
     if not isinstance(content, dict):
         return ""
     kind = content.get("content_type")
-    if kind in ("text", "multimodal_text"):
+    author = message.get("author") or {}
+    recipient = message.get("recipient")
+    if author.get("role") == "assistant" and recipient not in (None, "all", "python"):
+        # The assistant calling a tool (the browser, DALL·E): its arguments are not what the
+        # person read. Code it runs (recipient python) is kept, as code.
+        text = f"[tool use: {recipient}]"
+    elif author.get("role") == "tool" and kind not in (
+        "tether_browsing_display",
+        "tether_quote",
+    ):
+        # What a tool gave back: its images as such, the rest as one placeholder.
+        parts = (content.get("parts") or []) if kind == "multimodal_text" else []
+        shown = [_part(part) for part in parts if not isinstance(part, str)]
+        text = "\n".join(piece for piece in shown if piece) or "[tool output]"
+    elif kind in ("text", "multimodal_text"):
         parts = content.get("parts") or []
         text = "\n".join(piece for piece in map(_part, parts) if piece)
     elif kind == "code":

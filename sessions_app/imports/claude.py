@@ -38,10 +38,11 @@ def _block(block: Any) -> str:
 
 def _content(message: dict[str, Any]) -> str:
     blocks = message.get("content")
-    if isinstance(blocks, list) and blocks:
+    text = ""
+    if isinstance(blocks, list):
         text = "\n".join(piece for piece in map(_block, blocks) if piece)
-    else:
-        text = str(message.get("text") or "")
+    # Older exports have the text only; some newer ones empty blocks beside it.
+    text = text or str(message.get("text") or "")
     names = [
         item.get("file_name")
         for key in ("attachments", "files")

@@ -38,6 +38,7 @@ class ChatGPT:
         parent: str | None = None,
         hidden: bool = False,
         model: str = "gpt-4o",
+        recipient: str = "all",
     ) -> str:
         parent = parent or self.current
         node_id = f"{self.id}-n{len(self.mapping)}"
@@ -59,7 +60,7 @@ class ChatGPT:
                 "end_turn": role == "assistant" or None,
                 "weight": 1.0,
                 "metadata": metadata,
-                "recipient": "all",
+                "recipient": recipient,
             },
             "parent": parent,
             "children": [],

@@ -75,9 +75,14 @@ def test_chatgpt_non_text_parts_become_placeholders_and_hidden_messages_are_skip
         },
     )
     chat.add("assistant", {"content_type": "thoughts", "thoughts": [{"content": "hmm"}]})
-    chat.add("assistant", {"content_type": "code", "language": "python", "text": "print(1+1)"})
+    code = {"content_type": "code", "language": "python", "text": "print(1+1)"}
+    chat.add("assistant", code, recipient="python")
     chat.add("tool", {"content_type": "execution_output", "text": "2"})
     chat.add("assistant", "A cat. Also, 1+1 is 2.")
+    chat.add("assistant", {"content_type": "code", "text": 'search("cats")'}, recipient="browser")
+    chat.add("tool", text("a long page of search results"))
+    drawn = {"content_type": "image_asset_pointer", "asset_pointer": "file-service://y"}
+    chat.add("tool", {"content_type": "multimodal_text", "parts": [drawn, "metadata text"]})
     chat.add("user", "Search the web for cats", hidden=True)
     chat.add(
         "tool", {"content_type": "tether_browsing_display", "result": "…", "title": "Cats - Wiki"}
@@ -90,7 +95,7 @@ def test_chatgpt_non_text_parts_become_placeholders_and_hidden_messages_are_skip
         (
             "assistant",
             "```python\nprint(1+1)\n```\n\n[tool output]\n\nA cat. Also, 1+1 is 2.\n\n"
-            "[web page: Cats - Wiki]",
+            "[tool use: browser]\n\n[tool output]\n\n[image]\n\n[web page: Cats - Wiki]",
         ),
     ]
 
