@@ -240,7 +240,7 @@ class Console:
     def _leave_session(self) -> None:
         """The session is over for now (exit, /new, /resume): mark it ended and, after the
         reply, write its episode (sessions with fewer than two rounds get none)."""
-        session_finish(session=self.session)
+        session_finish(session=self.session, now=True)
 
     def run(self) -> None:
         if settings.ETHAN_EMBEDDED and sessions_finish_pending(owner=self.owner):

@@ -1,8 +1,7 @@
 """A session's life after its first message, in one place: how it is finished (console exit,
 /new, a Lark chat gone idle), how idle API and Lark sessions are closed (they have no exit),
 how its episode is written together with its last facts, and how sessions left empty are
-removed. The services, and the
-Celery tasks that run them in the background.
+removed. The services, and the Celery tasks that run them in the background.
 
 A session is started lazily by the turn (sessions_app.services.session_start, with its first
 message). It crosses the layers (sessions, the rolling summary of memory_app, episodes), so it
@@ -12,48 +11,74 @@ lives here, in agent_app.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F
+from django.utils import timezone
 
 from episodes_app import services as episode_services
+from episodes_app.models import Episode
 from ethan_site.queue import enqueue, ethan_task
-from memory_app.consolidator import consolidation_finish, consolidation_run
+from memory_app.consolidator import (
+    consolidation_finish,
+    consolidation_finish_sessions,
+    consolidation_run,
+)
 from memory_app.models import WorkingState
-from memory_app.working import sessions_consolidation_due
+from memory_app.working import ends_due, sessions_ending
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession
 
 log = logging.getLogger(__name__)
 
 
-def session_finish(*, session: ChatSession) -> None:
+# At most this many rounds go into one call that finishes several short sessions together:
+# the call's transcript stays about the size of one compress batch's.
+END_BATCH_MAX_ROUNDS = 20
+
+
+def session_finish(*, session: ChatSession, now: bool = False) -> None:
     """A session is over for now (console exit, /new, a chat gone idle): mark it ended and,
-    after the commit, write its episode and extract the facts of its rounds not extracted yet
-    (sessions under two rounds get no episode, but their facts)."""
+    after the commit, consolidate its end (its episode and the facts of its rounds not
+    extracted yet), together with the person's other ends waiting (sessions_end_write). It
+    waits for more ended rounds unless due (memory_app.working.ends_due) or `now` (the console:
+    its person is there and expects it remembered)."""
     session_services.session_end(session=session)
     if session.is_persisted:
-        enqueue(session_episode_write_task, session.pk)
+        enqueue(sessions_end_write_task, session.owner_id, now)
 
 
 def sessions_finish_idle() -> list[str]:
     """End the API and Lark sessions idle past ETHAN_SESSION_IDLE_MINUTES (a console session
-    ends when the console does) and, after the commit, write their episodes and last facts
-    (session_episode_write). Returns their ids;
-    a second run, or a racing one, ends none of them again."""
+    ends when the console does) and, after the commit, consolidate their ends
+    (sessions_end_write). Returns their ids; a second run, or a racing one, ends none of them
+    again."""
     closed = session_services.sessions_close_idle(idle_minutes=settings.ETHAN_SESSION_IDLE_MINUTES)
-    for session_id in closed:
-        enqueue(session_episode_write_task, session_id)
+    owners = ChatSession.objects.filter(pk__in=closed).values_list("owner_id", flat=True)
+    for owner_id in sorted(set(owners)):
+        enqueue(sessions_end_write_task, owner_id, False)
     return closed
 
 
+def _episode_record(earlier_summary: str):
+    """How a session's end records its episode, inside the transaction of its last facts."""
+
+    def record(session: ChatSession, summary: str) -> None:
+        episode_services.episode_write(
+            session=session, earlier_summary=earlier_summary, summary=summary
+        )
+
+    return record
+
+
 def session_episode_write(*, session_id: str) -> bool:
-    """The end of a session's memory work, in one call to the compression model: its episode
-    (reading its rolling summary too for a long one) and the facts of the rounds not extracted
-    yet, the hot zone (memory_app.consolidator.consolidation_finish). False when the session is
-    gone or has no episode (under two rounds: its facts are still extracted). Safe to run twice
-    and to be killed: the facts are stored with the claim of their rounds, exactly once, and
-    the episode is updated in place, by session."""
+    """The end of one session's memory work, now, in one call to the compression model: its
+    episode (reading its rolling summary too for a long one) and the facts of the rounds not
+    extracted yet, the hot zone (memory_app.consolidator.consolidation_finish), stored
+    together. False when the session is gone or has no episode (under two rounds: its facts
+    are still extracted). Safe to run twice and to be killed: the facts and the episode are
+    stored with the claim of their rounds, exactly once."""
     session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
         return False
@@ -63,15 +88,13 @@ def session_episode_write(*, session_id: str) -> bool:
         .first()
         or ""
     )
-    summary = consolidation_finish(
+    consolidation_finish(
         session=session,
         episode_first=episode_services.episode_first_round(session=session),
         earlier_summary=rolling,
+        record_episode=_episode_record(rolling),
     )
-    episode = episode_services.episode_write(
-        session=session, earlier_summary=rolling, summary=summary
-    )
-    return episode is not None
+    return Episode.objects.filter(owner_id=session.owner_id, session_ref=session.pk).exists()
 
 
 def session_learn(*, session_id: str) -> bool:
@@ -79,26 +102,80 @@ def session_learn(*, session_id: str) -> bool:
     been: its compress batches (summaries with their facts) and folds, then its end, the episode
     and the last facts in one call. Safe to repeat and to resume after a stop: every step claims
     its rounds. True when an episode was written."""
-    consolidation_run(session_id=session_id, finish=False)
+    consolidation_run(session_id=session_id)
     return session_episode_write(session_id=session_id)
+
+
+def sessions_end_write(*, owner_id: int, now: bool = False) -> int:
+    """The owner's ended sessions whose end is still to be consolidated
+    (memory_app.working.sessions_ending), when due (ends_due) or `now`. A session that was
+    never consolidated (no batch left its hot zone: a short chat) is finished together with
+    the others like it, END_BATCH_MAX_ROUNDS rounds to a call, oldest first; a longer one in a
+    call of its own (session_episode_write), which reads its rolling summary. Returns how many
+    sessions were finished. Safe to repeat and to race: every session's end is claimed."""
+    waiting = list(
+        sessions_ending(ChatSession.objects.filter(owner_id=owner_id))
+        .select_related("owner")
+        .order_by("ended_at", "pk")
+    )
+    if not (now and waiting) and not ends_due(waiting):
+        return 0
+    finished = 0
+    short: list[ChatSession] = []
+    for session in waiting:
+        if session.end_extracted or session.end_compressed:
+            finished += session_episode_write(session_id=session.pk) or 1
+            continue
+        rounds = sum(other.round_count for other in short)
+        if short and (
+            rounds + session.round_count > END_BATCH_MAX_ROUNDS or session.mode != short[0].mode
+        ):
+            finished += _sessions_end_together(short)
+            short = []
+        short.append(session)
+    if short:
+        finished += _sessions_end_together(short)
+    return finished
+
+
+def _sessions_end_together(sessions: list[ChatSession]) -> int:
+    if len(sessions) == 1:
+        session_episode_write(session_id=sessions[0].pk)
+        return 1
+    return len(consolidation_finish_sessions(sessions=sessions, record_episode=_episode_record("")))
+
+
+def sessions_end_sweep() -> int:
+    """Ends left waiting, found by the periodic sweep: the person's short chats that waited
+    end_wait_minutes for more, and ends whose task was lost (the broker down, a worker killed
+    before it stored them). Those due (ends_due, per person) are queued; returns how many
+    people. Sessions that ended over a week ago are left as they are."""
+    recent = ChatSession.objects.filter(ended_at__gte=timezone.now() - timedelta(days=7))
+    by_owner: dict[int, list[ChatSession]] = defaultdict(list)
+    for session in sessions_ending(recent).only("owner_id", "round_count", "ended_at"):
+        by_owner[session.owner_id].append(session)
+    due = [owner_id for owner_id, waiting in by_owner.items() if ends_due(waiting)]
+    for owner_id in due:
+        enqueue(sessions_end_write_task, owner_id, False)
+    return len(due)
 
 
 def sessions_finish_pending(*, owner) -> int:
     """The owner's ended sessions whose end-of-session work did not run (a console that
-    exited while the model was down, an embedded process stopped before its deferred work)
-    get it now: their episode and last facts. Returns how many. The embedded console runs it
-    at start, where no worker or periodic sweep does."""
-    ended = ChatSession.objects.filter(owner=owner, ended_at__isnull=False)
-    pending = sessions_consolidation_due(ended).filter(round_count__gt=F("due_extracted_through"))
-    count = 0
-    for session_id in pending.values_list("pk", flat=True):
-        try:
-            session_episode_write(session_id=session_id)
-        except Exception:  # the model still down: it stays pending, the console starts
-            log.exception("end-of-session work of %s failed again", session_id)
-            continue
-        count += 1
-    return count
+    exited while the model was down, an embedded process stopped before its deferred work,
+    short chats of other channels still waiting for more) get it now: their episodes and last
+    facts. Returns how many. The embedded console runs it at start, where no worker or
+    periodic sweep does."""
+    try:
+        return sessions_end_write(owner_id=owner.pk, now=True)
+    except Exception:  # the model still down: they stay pending, the console starts
+        log.exception("end-of-session work of %s's sessions failed again", owner.pk)
+        return 0
+
+
+@ethan_task(name="sessions.end_write")
+def sessions_end_write_task(owner_id: int, now: bool = False) -> int:
+    return sessions_end_write(owner_id=owner_id, now=now)
 
 
 @ethan_task(name="episodes.write")
@@ -108,8 +185,11 @@ def session_episode_write_task(session_id: str) -> bool:
 
 @ethan_task(name="sessions.close_idle")
 def sessions_finish_idle_task() -> int:
-    """Periodic (ethan_site.schedule): idle API and Lark sessions are ended."""
-    return len(sessions_finish_idle())
+    """Periodic (ethan_site.schedule): idle API and Lark sessions are ended, and ends left
+    waiting are consolidated (sessions_end_sweep)."""
+    closed = len(sessions_finish_idle())
+    sessions_end_sweep()
+    return closed
 
 
 @ethan_task(name="sessions.cleanup_empty")

@@ -1,6 +1,6 @@
 """agent_app's tasks live with what they serve: the session life cycle in agent_app.lifecycle
-(episodes.write, sessions.close_idle, sessions.cleanup_empty), the Lark channel in
-agent_app.lark.tasks (channels.lark_event), the learning from imported history in
+(sessions.end_write, episodes.write, sessions.close_idle, sessions.cleanup_empty), the Lark
+channel in agent_app.lark.tasks (channels.lark_event), the learning from imported history in
 agent_app.history_import (memory.import_upload, memory.import_learn_next).
 
 Celery's autodiscovery imports `<app>.tasks` of each installed app and nothing else, so a

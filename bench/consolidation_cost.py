@@ -4,7 +4,9 @@ against two others, on the same conversations.
 - **Ethan**: the real code. Each round is stored through sessions_app's services; the
   consolidator runs whenever the turn would queue it (memory_app.working.consolidation_due),
   and each session ends through agent_app.lifecycle.session_finish (its episode and the facts
-  of the rounds not yet extracted), the deferred work run as embedded mode runs it.
+  of the rounds not yet extracted), the deferred work run as embedded mode runs it: short
+  chats' ends wait for each other (memory_app.working.ends_due) and share a call; what still
+  waits after the last session is finished as the sweep would, once it has waited.
 - **design**: the design document's schedule, replayed through the same llm.memory calls: a
   summary per 5 rounds once they leave the 10-round hot zone, one extraction and one fold once
   the warm zone covers 20 rounds, and an episode summary per session of 2 rounds or more.
@@ -101,7 +103,7 @@ def conversation(shape: tuple[int, int] | None, rng: random.Random) -> list[list
 
 
 def ethan(sessions: list[list[str]], owner) -> None:
-    from agent_app.lifecycle import session_finish
+    from agent_app.lifecycle import session_finish, sessions_end_write
     from ethan_site.queue import run_deferred
     from memory_app.consolidator import consolidation_run
     from memory_app.models import WorkingState
@@ -118,6 +120,9 @@ def ethan(sessions: list[list[str]], owner) -> None:
                 consolidation_run(session_id=session.pk)
         session_finish(session=session)
         run_deferred()
+    # The last short ends may still wait for more (ends_due): the sweep finishes them once they
+    # have waited, as it would an hour later.
+    sessions_end_write(owner_id=owner.pk, now=True)
 
 
 def design(sessions: list[list[str]]) -> None:

@@ -250,11 +250,15 @@ ETHAN_SESSION_LIST_LIMIT = _config.positive("ETHAN_SESSION_LIST_LIMIT", 20)
 # The console's local user when --user is not given: the OS login name.
 ETHAN_CONSOLE_USER = _config.get("ETHAN_USER", "", str)
 # Working memory (the same for the console, the API and Lark): the last hot_size rounds go to
-# the model verbatim; rounds leaving the hot zone are summarised compress_batch at a time; once
-# the summaries cover warm_capacity rounds, facts are extracted and the summaries folded.
+# the model verbatim; rounds leaving the hot zone are summarised compress_batch at a time, their
+# facts extracted in the same call; once the summaries cover warm_capacity rounds they are
+# folded. A session's end (episode and last facts) waits until the person's ended sessions
+# hold END_BATCH_ROUNDS rounds not extracted, or for END_WAIT_MINUTES (docs/memory.md).
 ETHAN_MEMORY_HOT_SIZE = _config.positive("ETHAN_MEMORY_HOT_SIZE", 10)
 ETHAN_MEMORY_COMPRESS_BATCH = _config.positive("ETHAN_MEMORY_COMPRESS_BATCH", 5)
 ETHAN_MEMORY_WARM_CAPACITY = _config.positive("ETHAN_MEMORY_WARM_CAPACITY", 20)
+ETHAN_MEMORY_END_BATCH_ROUNDS = _config.positive("ETHAN_MEMORY_END_BATCH_ROUNDS", 4)
+ETHAN_MEMORY_END_WAIT_MINUTES = _config.positive("ETHAN_MEMORY_END_WAIT_MINUTES", 60)
 # Which facts go into <memory_context>: "relevance" (the default: confidence blended with how
 # well each fact matches the message, docs/memory.md) or "seed" (the design's pure order).
 ETHAN_INJECTION = _config.choice("ETHAN_INJECTION", "relevance", ("relevance", "seed"))

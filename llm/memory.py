@@ -122,6 +122,25 @@ EXTRACT_FROM_ADDENDUM = (
     "[{first}] onwards (the earlier turns are context)."
 )
 
+# Several short sessions that ended, consolidated in one call (their ends were batched:
+# memory_app.working.ends_due): a summary of each for its episode, and the facts of all.
+CONSOLIDATE_SESSIONS_SYSTEM = (
+    "You do two things with several separate conversations between a user and an assistant, "
+    "each under its own heading '## Conversation n'. First, summaries: one per conversation, "
+    "in their order, each a short summary of that conversation alone, keeping decisions, facts "
+    "about the user, open questions and commitments, dropping greetings and filler, at most 80 "
+    "words (or 150 Chinese characters). Second, facts: extract long-term memories about the "
+    "user from all of them. A fact is one short, self-contained statement about the user, in "
+    "the third person (who they are, what they prefer, what they decided, a correction of "
+    "something said before). Do not invent anything; skip small talk. category is one of: "
+    "preference, decision, knowledge, correction. importance is 0.8 for an ordinary fact, 0.9 "
+    "to 0.95 when the user used a strong signal (记住, 纠正, 偏好, 'remember', 'correct that', "
+    "'I prefer'). When a later conversation changes something an earlier one said, the later "
+    "one holds. Write each summary and fact in the language of its conversation. The turns are "
+    "numbered [1], [2], … across all the conversations: give each fact's turns, the numbers of "
+    "the turns it comes from."
+)
+
 CONSOLIDATE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -130,6 +149,24 @@ CONSOLIDATE_SCHEMA: dict[str, Any] = {
     },
     "required": ["summary", "facts"],
 }
+
+
+def consolidate_sessions_schema(count: int) -> dict[str, Any]:
+    """The answer to CONSOLIDATE_SESSIONS_SYSTEM: exactly `count` summaries (a wrong count is
+    invalid JSON for the repair to fix, never a summary given to the wrong session)."""
+    return {
+        "type": "object",
+        "properties": {
+            "summaries": {
+                "type": "array",
+                "items": {"type": "string"},
+                "minItems": count,
+                "maxItems": count,
+            },
+            **EXTRACT_SCHEMA["properties"],
+        },
+        "required": ["summaries", "facts"],
+    }
 
 
 @dataclass(frozen=True)
@@ -171,6 +208,15 @@ class Consolidation:
     extraction: Extraction
 
 
+@dataclass(frozen=True)
+class SessionsConsolidation:
+    """What one call over several sessions gives: a summary per session, in their order, and
+    the facts of all of them (each fact's turns numbered across all the sessions' turns)."""
+
+    summaries: tuple[str, ...]
+    extraction: Extraction
+
+
 class MemoryModel(Protocol):
     """The memory work of one compression model."""
 
@@ -195,6 +241,13 @@ class MemoryModel(Protocol):
         numbers among all the turns, as extract gives them."""
         ...
 
+    def consolidate_sessions(
+        self, sessions: Sequence[Sequence[Turn]], *, known: Sequence[str], psych: bool
+    ) -> SessionsConsolidation:
+        """consolidate for several whole sessions at once: a summary of each, and the facts of
+        all their turns, numbered 1.. across the sessions in their order."""
+        ...
+
 
 def turns_of(rounds: Iterable[Message]) -> tuple[Turn, ...]:
     """The user messages and assistant replies that say something, their text stripped; tool
@@ -206,11 +259,11 @@ def turns_of(rounds: Iterable[Message]) -> tuple[Turn, ...]:
     )
 
 
-def render_transcript(turns: Iterable[Turn], *, numbered: bool = False) -> str:
+def render_transcript(turns: Iterable[Turn], *, numbered: bool = False, first: int = 1) -> str:
     """`user: …` / `assistant: …` lines, a turn's further lines indented by two spaces;
-    `numbered` puts `[n] ` before each (extraction asks for the numbers back)."""
+    `numbered` puts `[n] ` before each, from `first` (extraction asks for the numbers back)."""
     lines = []
-    for number, turn in enumerate(turns, start=1):
+    for number, turn in enumerate(turns, start=first):
         text = turn.text.replace("\n", "\n  ")
         prefix = f"[{number}] " if numbered else ""
         lines.append(f"{prefix}{turn.role}: {text}")
@@ -235,6 +288,16 @@ def valid_turns(numbers: Iterable[int], *, count: int, model: str) -> tuple[int,
                 turn_numbers_dropped[model],
             )
     return tuple(kept)
+
+
+def render_sessions(sessions: Sequence[Sequence[Turn]]) -> str:
+    """`## Conversation n` headings, each over its turns, numbered [1].. across them all."""
+    parts, first = [], 1
+    for number, turns in enumerate(sessions, start=1):
+        transcript = render_transcript(turns, numbered=True, first=first)
+        parts.append(f"## Conversation {number}\n{transcript}")
+        first += len(turns)
+    return "\n\n".join(parts)
 
 
 def render_fold_input(*, rolling: str, summaries: Sequence[str]) -> str:
@@ -298,6 +361,23 @@ class PromptedMemory:
         return Consolidation(
             summary=data["summary"].strip(),
             extraction=Extraction(facts=kept, psych=extraction.psych, judged=True),
+        )
+
+    def consolidate_sessions(
+        self, sessions: Sequence[Sequence[Turn]], *, known: Sequence[str], psych: bool
+    ) -> SessionsConsolidation:
+        data = complete_json(
+            model=self.model,
+            system=self._system(CONSOLIDATE_SESSIONS_SYSTEM, known=known, psych=psych),
+            prompt=render_sessions(sessions),
+            schema=consolidate_sessions_schema(len(sessions)),
+            label="consolidate_sessions_psych" if psych else "consolidate_sessions",
+            max_tokens=self.summary_max_tokens * len(sessions) + self.extract_max_tokens,
+        )
+        count = sum(len(turns) for turns in sessions)
+        return SessionsConsolidation(
+            summaries=tuple(text.strip() for text in data["summaries"]),
+            extraction=self._extraction(data, count=count, known=known, psych=psych),
         )
 
     @staticmethod
@@ -395,4 +475,19 @@ def consolidate(
     Each fact's `turns` number all the rounds' turns."""
     return memory_model(model).consolidate(
         turns_of(rounds), known=tuple(known), psych=psych, extract_from=max(1, extract_from)
+    )
+
+
+def consolidate_sessions(
+    *,
+    model: str,
+    sessions: Sequence[Sequence[Message]],
+    psych: bool = False,
+    known: Sequence[str] = (),
+) -> SessionsConsolidation:
+    """consolidate for several whole sessions in one call to the compression model: a summary
+    of each (for its episode) and the facts of all. Each fact's `turns` number the turns of all
+    the sessions, 1.. across them in order (turns_of each session, one after the other)."""
+    return memory_model(model).consolidate_sessions(
+        tuple(turns_of(rounds) for rounds in sessions), known=tuple(known), psych=psych
     )

@@ -47,7 +47,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm.errors import ModelError
-from llm.memory import Consolidation, ExtractedFact, Extraction, Turn, render_fold_input
+from llm.memory import (
+    Consolidation,
+    ExtractedFact,
+    Extraction,
+    SessionsConsolidation,
+    Turn,
+    render_fold_input,
+)
 from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import is_question, language_of, overlap, sentences, statements, tokenize
@@ -750,6 +757,16 @@ class OfflineMemory:
         return Consolidation(
             summary=self.summarize(turns),
             extraction=Extraction(facts=facts, psych=extraction.psych, judged=False),
+        )
+
+    def consolidate_sessions(
+        self, sessions: Sequence[Sequence[Turn]], *, known: Sequence[str], psych: bool
+    ) -> SessionsConsolidation:
+        # Each session summarised alone, the facts of all of them numbered across them.
+        every = [turn for turns in sessions for turn in turns]
+        extraction = self.extract(every, known=known, psych=psych)
+        return SessionsConsolidation(
+            summaries=tuple(self.summarize(turns) for turns in sessions), extraction=extraction
         )
 
     def fold(self, *, rolling: str, summaries: Sequence[str]) -> str:

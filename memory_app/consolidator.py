@@ -16,6 +16,7 @@ outage raises before any write, so the cursors stay and the work is done on the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
@@ -60,11 +61,11 @@ def compression_model(session: ChatSession) -> str:
 
 
 def consolidation_run(
-    *, session_id: str, config: MemoryConfig | None = None, finish: bool = True
+    *, session_id: str, config: MemoryConfig | None = None
 ) -> ConsolidationReport:
-    """Compress (and extract) every batch that is due, fold a full warm zone, and for a session
-    that ended with rounds not extracted (its end-of-session task was lost), extract them
-    (unless `finish` is False: the caller writes the session's end itself, episode included)."""
+    """Compress (and extract) every batch that is due and fold a full warm zone. A session's
+    end (its episode and the facts of its last rounds) is agent_app.lifecycle's, batched with
+    the person's other ends (memory_app.working.ends_due)."""
     report = ConsolidationReport()
     session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
@@ -75,17 +76,14 @@ def consolidation_run(
         pass
     while _fold_if_due(session, config, report):
         pass
-    if finish and session.ended_at is not None:
-        consolidation_finish(session=session, report=report)
     return report
 
 
 def consolidation_catch_up() -> int:
     """Sessions of the last week whose consolidation is due but did not run (the broker was
-    down when their turn ended, a task gave up, a session ended while no worker ran) are
-    consolidated now; returns how many. "Due" is the live path's rule
-    (memory_app.working.consolidation_due, as a query). Safe alongside the regular tasks:
-    consolidation_run claims each batch."""
+    down when their turn ended, a task gave up) are consolidated now; returns how many. "Due"
+    is the live path's rule (memory_app.working.consolidation_due, as a query). Safe
+    alongside the regular tasks: consolidation_run claims each batch."""
     from datetime import timedelta
 
     recent = ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
@@ -364,7 +362,10 @@ def _claim_extraction(
     known: list[Fact],
     report: ConsolidationReport,
     offset: int = 0,
+    then: Callable[[], object] | None = None,
 ) -> bool:
+    """Move extracted_through from start to end and store the extraction in one transaction
+    (with `then`, e.g. the session's episode); nothing if another worker moved it first."""
     with transaction.atomic(durable=True):
         claimed = WorkingState.objects.filter(session=session, extracted_through=start).update(
             extracted_through=end, updated_at=timezone.now()
@@ -375,7 +376,16 @@ def _claim_extraction(
             )
             return True
         _store_extraction(session, extraction, said=said, known=known, report=report, offset=offset)
+        if then is not None:
+            then()
     return True
+
+
+# Writes a session's episode from its summary, inside the transaction that claims the session's
+# last rounds (agent_app.lifecycle passes episodes_app's): the facts and the episode of a
+# session's end are stored together or not at all, so a worker killed between them leaves the
+# whole end to be done again, never an end with facts and no episode.
+EpisodeRecord = Callable[[ChatSession, str], object]
 
 
 def consolidation_finish(
@@ -384,12 +394,14 @@ def consolidation_finish(
     episode_first: int | None = None,
     earlier_summary: str = "",
     report: ConsolidationReport | None = None,
+    record_episode: EpisodeRecord | None = None,
 ) -> str | None:
     """A session ended: extract the facts of its rounds not extracted yet (the hot zone) and,
     when `episode_first` is given, summarise rounds episode_first.. for its episode in the same
-    call (`earlier_summary`, its rolling summary, read before them). Returns that summary (None
-    without an episode). Exactly once under kills and retries: the facts are stored in the
-    transaction that moves extracted_through, and a second run finds nothing left to extract."""
+    call (`earlier_summary`, its rolling summary, read before them), handed to `record_episode`
+    in the transaction that stores the facts. Returns that summary (None without an episode).
+    Exactly once under kills and retries: the facts are stored in the transaction that moves
+    extracted_through, and a second run finds nothing left to extract."""
     report = report or ConsolidationReport()
     session.refresh_from_db(fields=["round_count"])
     state, _ = WorkingState.objects.get_or_create(session=session)
@@ -400,6 +412,10 @@ def consolidation_finish(
         return None
     first = max(1, min(episode_first, start + 1))
     said = SaidRounds.read(session, first=first, last=end)
+    if not said.rows:  # nothing said any more (its messages deleted): nothing to learn or tell
+        if start < end:
+            _extract_through(session, report, start=start, end=end)
+        return None
     messages = said.messages()
     offset = 0
     if earlier_summary.strip() and first > 1:
@@ -407,7 +423,10 @@ def consolidation_finish(
         offset = 1
     model = compression_model(session)
     if start >= end:
-        return llm_memory.summarize(model=model, rounds=messages)
+        summary = llm_memory.summarize(model=model, rounds=messages)
+        if record_episode is not None:
+            record_episode(session, summary)
+        return summary
     known = _known_facts(session, said.messages())
     result = llm_memory.consolidate(
         model=model,
@@ -425,8 +444,60 @@ def consolidation_finish(
         known=known,
         report=report,
         offset=offset,
+        then=(lambda: record_episode(session, result.summary)) if record_episode else None,
     )
     return result.summary
+
+
+def consolidation_finish_sessions(
+    *,
+    sessions: list[ChatSession],
+    report: ConsolidationReport | None = None,
+    record_episode: EpisodeRecord | None = None,
+) -> list[ChatSession]:
+    """Several short sessions that ended and were never consolidated (no batch left their hot
+    zone), finished in one call: a summary of each for its episode (`record_episode`), and the
+    facts of all their rounds, each fact with its source messages and the session they are in.
+    Returns the sessions this run finished. Exactly once: one transaction claims every
+    session's rounds (extracted_through from 0 to its round count); a session another worker
+    claimed first gets nothing from this run, neither facts nor episode."""
+    report = report or ConsolidationReport()
+    for session in sessions:
+        session.refresh_from_db(fields=["round_count"])
+        WorkingState.objects.get_or_create(session=session)
+    saids = [SaidRounds.read(session, first=1, last=session.round_count) for session in sessions]
+    every = [message for said in saids for message in said.messages()]
+    known = _known_facts(sessions[0], every)
+    result = llm_memory.consolidate_sessions(
+        model=compression_model(sessions[0]),
+        sessions=[said.messages() for said in saids],
+        psych=_companion(sessions[0]),
+        known=[fact.content for fact in known],
+    )
+    finished = []
+    with transaction.atomic(durable=True):
+        for session in sessions:
+            claimed = WorkingState.objects.filter(session=session, extracted_through=0).update(
+                extracted_through=session.round_count, updated_at=timezone.now()
+            )
+            if claimed == 1:
+                finished.append(session)
+            else:
+                log.info("%s: its end was consolidated by another worker", session.pk)
+        if not finished:
+            return []
+        mine = {session.pk: session for session in finished}
+        # Turn n is rows[n - 1]; rows of a session another worker finished are not sources.
+        rows = [row for said in saids for row in said.rows]
+        rows = [row if row.session_id in mine else None for row in rows]
+        _store_extraction(
+            finished[-1], result.extraction, said=rows, known=known, report=report, sessions=mine
+        )
+        if record_episode is not None:
+            for session, summary in zip(sessions, result.summaries, strict=True):
+                if session.pk in mine:
+                    record_episode(session, summary)
+    return finished
 
 
 def _store_extraction(
@@ -437,10 +508,13 @@ def _store_extraction(
     known: list[Fact],
     report: ConsolidationReport,
     offset: int = 0,
+    sessions: dict[str, ChatSession] | None = None,
 ) -> None:
     """Write an extraction's facts (and, in companion mode, feelings), inside the transaction
     that claimed its rounds. A fact's turn n is said[n - 1 - offset] (`offset` turns shown
-    before the stored ones, e.g. an episode's earlier summary)."""
+    before the stored ones, e.g. an episode's earlier summary; None for a turn that is not to
+    be a source). Over several sessions (`sessions`, by id), a fact belongs to the session of
+    its first source; a fact with sources, none of them in `sessions`, is not stored."""
     for item in extraction.facts:
         if not extraction.judged:  # the offline model: the documented rules decide
             pool = closest_facts(owner=session.owner, text=item.content, limit=50)
@@ -451,10 +525,15 @@ def _store_extraction(
         sources = [
             said[number - 1 - offset]
             for number in item.turns
-            if offset < number <= len(said) + offset
+            if offset < number <= len(said) + offset and said[number - 1 - offset] is not None
         ]
+        owner_of = session
+        if sessions is not None:
+            if item.turns and not sources:
+                continue  # said in a session another worker finished: its facts are there
+            owner_of = sessions[sources[0].session_id] if sources else session
         report.facts.append(
-            apply_fact(session=session, item=item, action=action, target=target, sources=sources)
+            apply_fact(session=owner_of, item=item, action=action, target=target, sources=sources)
         )
     if _companion(session) and extraction.psych:
         report.psych += profile_apply_extraction(owner=session.owner, items=list(extraction.psych))

@@ -4,12 +4,15 @@ channel."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
@@ -30,10 +33,17 @@ class MemoryConfig:
     hot_size: int = 10  # rounds kept verbatim
     compress_batch: int = 5  # rounds summarised together once they leave the hot zone
     warm_capacity: int = 20  # rounds the warm summaries cover before they fold into the rolling
+    # A session's end waits for the person's next ones until together they hold this many rounds
+    # not extracted, or until the oldest has waited end_wait_minutes (ends_due): short chats
+    # share one call instead of a call each.
+    end_batch_rounds: int = 4
+    end_wait_minutes: int = 60
 
     def __post_init__(self) -> None:
-        if min(self.hot_size, self.compress_batch, self.warm_capacity) < 1:
-            raise ValueError("hot_size, compress_batch and warm_capacity must be at least 1")
+        if min(self.hot_size, self.compress_batch, self.warm_capacity, self.end_batch_rounds) < 1:
+            raise ValueError(
+                "hot_size, compress_batch, warm_capacity and end_batch_rounds must be at least 1"
+            )
 
 
 def memory_config() -> MemoryConfig:
@@ -41,6 +51,8 @@ def memory_config() -> MemoryConfig:
         hot_size=settings.ETHAN_MEMORY_HOT_SIZE,
         compress_batch=settings.ETHAN_MEMORY_COMPRESS_BATCH,
         warm_capacity=settings.ETHAN_MEMORY_WARM_CAPACITY,
+        end_batch_rounds=settings.ETHAN_MEMORY_END_BATCH_ROUNDS,
+        end_wait_minutes=settings.ETHAN_MEMORY_END_WAIT_MINUTES,
     )
 
 
@@ -180,10 +192,11 @@ def consolidation_due(
     down) the sweep finds. Work is due when
 
     - a compress batch left the hot zone (its one call also extracts its facts),
-    - the warm zone covers warm_capacity rounds (they fold into the rolling summary),
+    - the warm zone covers warm_capacity rounds (they fold into the rolling summary), or
     - extraction lags behind compression (a session consolidated before extraction went with
-      the batches), or
-    - the session ended with rounds not extracted (its end-of-session work was lost)."""
+      the batches).
+
+    A session's end is the other rule, ends_due."""
     config = config or memory_config()
     compressed = state.compressed_through if state is not None else 0
     extracted = state.extracted_through if state is not None else 0
@@ -192,12 +205,11 @@ def consolidation_due(
         session.round_count >= compressed + config.hot_size + config.compress_batch
         or compressed >= folded + config.warm_capacity
         or extracted < compressed
-        or (session.ended_at is not None and extracted < session.round_count)
     )
 
 
 def sessions_consolidation_due(sessions: QuerySet, *, config: MemoryConfig | None = None):
-    """The sessions of `sessions` consolidation_due holds due, in one query: the same four
+    """The sessions of `sessions` consolidation_due holds due, in one query: the same three
     conditions over the same cursors (a session with no working state has them at 0)."""
     config = config or memory_config()
     cursors = {
@@ -208,5 +220,32 @@ def sessions_consolidation_due(sessions: QuerySet, *, config: MemoryConfig | Non
         Q(round_count__gte=F("due_compressed_through") + config.hot_size + config.compress_batch)
         | Q(due_compressed_through__gte=F("due_folded_through") + config.warm_capacity)
         | Q(due_extracted_through__lt=F("due_compressed_through"))
-        | Q(ended_at__isnull=False, round_count__gt=F("due_extracted_through"))
+    )
+
+
+def sessions_ending(sessions: QuerySet) -> QuerySet:
+    """The sessions of `sessions` whose end is still to be consolidated: ended, with rounds not
+    extracted yet (every session ends with its hot zone so). Each carries `end_extracted` and
+    `end_compressed`, its cursors (0 with no working state)."""
+    return sessions.annotate(
+        end_extracted=Coalesce(F("working_state__extracted_through"), Value(0)),
+        end_compressed=Coalesce(F("working_state__compressed_through"), Value(0)),
+    ).filter(ended_at__isnull=False, round_count__gt=F("end_extracted"))
+
+
+def ends_due(
+    waiting: Sequence[ChatSession], *, config: MemoryConfig | None = None, now=None
+) -> bool:
+    """Whether one person's ended sessions waiting for their end's consolidation
+    (sessions_ending) are due now: together they hold end_batch_rounds rounds not extracted,
+    or the oldest has waited end_wait_minutes. The one rule of a session's end and of the
+    sweep that finds ends left waiting; the console does not wait (its person is there)."""
+    if not waiting:
+        return False
+    config = config or memory_config()
+    now = now or timezone.now()
+    rounds = sum(session.round_count - session.end_extracted for session in waiting)
+    oldest = min(session.ended_at for session in waiting)
+    return rounds >= config.end_batch_rounds or oldest <= now - timedelta(
+        minutes=config.end_wait_minutes
     )

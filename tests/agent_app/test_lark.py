@@ -160,6 +160,7 @@ def test_lark_errors_are_retried_then_logged(client, lark):
 
 
 def test_a_chat_keeps_its_session_until_idle(client, lark, settings):
+    settings.ETHAN_MEMORY_END_BATCH_ROUNDS = 1  # its end does not wait for more ended rounds
     deliver(client, message_event("ev16", "第一句"))
     deliver(client, message_event("ev17", "第二句"))
     first = ChatSession.objects.get()

@@ -94,12 +94,18 @@ def test_a_question_is_answered_from_a_fact_learnt_in_an_earlier_session(
 def test_a_conversation_closed_idle_is_remembered_and_a_new_one_asks_about_it(
     api_for, owner, llm_config, settings, django_capture_on_commit_callbacks
 ):
-    """Over /api/chat with no key: "I live in Lisbon." and a question; the session's end
-    extracts the fact (not the question); a new conversation asks and is answered from it."""
+    """Over /api/chat with no key: "I live in Lisbon." and a question; the session's end (four
+    rounds: due at once, memory_app.working.ends_due) extracts the fact (not the question); a
+    new conversation asks and is answered from it."""
     settings.ETHAN_EMBEDDED = True
     api = api_for(owner)
     session_id = None
-    for text in ("I live in Lisbon.", "What do you remember about me?", "我对花生过敏。"):
+    for text in (
+        "I live in Lisbon.",
+        "What do you remember about me?",
+        "我对花生过敏。",
+        "Thanks!",
+    ):
         with django_capture_on_commit_callbacks(execute=True):
             session_id = _ask(api, text, session_id)["session_id"]
         queue.run_deferred()

@@ -199,3 +199,149 @@ def test_a_companion_session_end_extracts_feelings_too_and_one_round_gets_its_fa
     assert session_episode_write(session_id=short.pk) is False
     assert Fact.objects.filter(session=short).get().content == "用户住在成都"
     assert not Episode.objects.filter(session_ref=short.pk).exists()
+
+
+# --- short chats' ends, batched (memory_app.working.ends_due) -----------------------------------
+
+
+def _chat(owner, *said: str, ended_minutes_ago: int = 0) -> ChatSession:
+    """An API session with a round per line, ended `ended_minutes_ago`, its end not run yet."""
+    from sessions_app import services as session_services
+
+    session = session_services.session_start(owner=owner, channel="api", model="gpt-4o")
+    for text in said:
+        session_services.message_append(session=session, role="user", content=text)
+        session_services.message_append(session=session, role="assistant", content="好的。")
+    session_services.session_end(session=session)
+    ChatSession.objects.filter(pk=session.pk).update(
+        ended_at=timezone.now() - timedelta(minutes=ended_minutes_ago)
+    )
+    session.refresh_from_db()
+    return session
+
+
+@pytest.mark.django_db
+def test_short_chats_ends_wait_for_each_other_then_share_one_call(
+    owner, fakes, settings, django_capture_on_commit_callbacks
+):
+    """A two-round chat's end waits (fewer than ETHAN_MEMORY_END_BATCH_ROUNDS rounds); the
+    next short chat's end makes four: one call writes both episodes and every fact, each fact
+    in the session and with the message it was said in."""
+    from agent_app.lifecycle import session_finish, sessions_end_write
+
+    settings.ETHAN_EMBEDDED = True
+    mini = fakes["openai"].fake.responder = MiniModel()
+    first = _chat(owner, "I live in Lisbon.", "我女儿叫小米。")
+    with django_capture_on_commit_callbacks(execute=True):
+        session_finish(session=first)  # ended again: queues its end, as an idle close does
+    queue.run_deferred()
+    assert mini.calls == [] and not Fact.objects.exists() and not Episode.objects.exists()
+
+    second = _chat(owner, "My dog is called Max.", "下周我要去东京出差。")
+    with django_capture_on_commit_callbacks(execute=True):
+        session_finish(session=second)
+    queue.run_deferred()
+    assert mini.calls == ["consolidate_sessions"]
+    episodes = Episode.objects.order_by("session_ref")
+    assert {(e.session_ref, e.summary) for e in episodes} == {
+        (first.pk, "会话摘要1"),
+        (second.pk, "会话摘要2"),
+    }
+    facts = Fact.objects.order_by("id")
+    assert [(f.content, f.session_id) for f in facts] == [
+        ("用户说过：I live in Lisbon.", first.pk),
+        ("用户说过：我女儿叫小米。", first.pk),
+        ("用户说过：My dog is called Max.", second.pk),
+        ("用户说过：下周我要去东京出差。", second.pk),
+    ]
+    for fact in facts:
+        source = fact.sources.get()
+        assert fact.content.endswith(source.content) and source.session_id == fact.session_id
+    for session in (first, second):
+        state = WorkingState.objects.get(session=session)
+        assert state.extracted_through == 2
+    # Again (a redelivered task, the sweep): nothing left to do.
+    assert sessions_end_write(owner_id=owner.pk, now=True) == 0
+    assert mini.calls == ["consolidate_sessions"] and Fact.objects.count() == 4
+
+
+@pytest.mark.django_db
+def test_a_lone_short_chat_is_finished_by_the_sweep_once_it_has_waited(
+    owner, fakes, settings, django_capture_on_commit_callbacks
+):
+    from agent_app.lifecycle import sessions_end_sweep
+
+    settings.ETHAN_EMBEDDED = True
+    mini = fakes["openai"].fake.responder = MiniModel()
+    fresh = _chat(owner, "I live in Lisbon.", "ok", ended_minutes_ago=5)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_end_sweep() == 0  # not due: two rounds, five minutes
+    queue.run_deferred()
+    assert mini.calls == []
+
+    ChatSession.objects.filter(pk=fresh.pk).update(
+        ended_at=timezone.now() - timedelta(minutes=settings.ETHAN_MEMORY_END_WAIT_MINUTES)
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sessions_end_sweep() == 1
+    queue.run_deferred()
+    assert mini.calls == ["consolidate"]  # one session: the one-session call
+    assert Episode.objects.get().session_ref == fresh.pk
+    assert sorted(Fact.objects.values_list("content", flat=True)) == [
+        "用户说过：I live in Lisbon.",
+        "用户说过：ok",
+    ]
+    assert sessions_end_sweep() == 0
+
+
+@pytest.mark.django_db
+def test_a_batch_call_stores_nothing_of_a_session_another_worker_finished(
+    owner, fakes, monkeypatch
+):
+    """While one worker's call runs, another finishes one of its sessions: the first stores
+    the other session's facts and episode only, so every fact exists exactly once."""
+    from agent_app import lifecycle
+    from llm import memory as llm_memory
+
+    fakes["openai"].fake.responder = MiniModel()
+    first = _chat(owner, "I live in Lisbon.", "ok", ended_minutes_ago=2)
+    second = _chat(owner, "My dog is called Max.", "fine", ended_minutes_ago=1)
+    real = llm_memory.consolidate_sessions
+
+    def racing(**kwargs):
+        answer = real(**kwargs)
+        lifecycle.session_episode_write(session_id=first.pk)  # the other worker, first
+        return answer
+
+    monkeypatch.setattr(llm_memory, "consolidate_sessions", racing)
+    assert lifecycle.sessions_end_write(owner_id=owner.pk) == 1  # due: four rounds
+    assert sorted(Fact.objects.values_list("content", "session_id")) == [
+        ("用户说过：I live in Lisbon.", first.pk),
+        ("用户说过：My dog is called Max.", second.pk),
+        ("用户说过：fine", second.pk),
+        ("用户说过：ok", first.pk),
+    ]
+    assert dict(Episode.objects.values_list("session_ref", "summary")) == {
+        first.pk: "摘要1",
+        second.pk: "会话摘要2",
+    }
+
+
+@pytest.mark.django_db
+def test_a_long_session_ends_in_a_call_of_its_own_beside_the_short_ones(owner, fakes, settings):
+    from agent_app.lifecycle import sessions_end_write
+    from memory_app.consolidator import consolidation_run
+
+    settings.ETHAN_EMBEDDED = True
+    mini = fakes["openai"].fake.responder = MiniModel()
+    short = _chat(owner, "I live in Lisbon.", ended_minutes_ago=3)
+    long = _chat(owner, *[f"第{n}轮" for n in range(1, 17)], ended_minutes_ago=2)
+    consolidation_run(session_id=long.pk)  # its batch of rounds 1-5 left the hot zone
+    other = _chat(owner, "My dog is called Max.", ended_minutes_ago=1)
+    assert mini.calls == ["consolidate"]
+    assert sessions_end_write(owner_id=owner.pk) == 3
+    assert mini.calls == ["consolidate", "consolidate", "consolidate_sessions"]
+    assert set(Episode.objects.values_list("session_ref", flat=True)) == {long.pk}  # 2+ rounds
+    assert Fact.objects.filter(session=short).get().content == "用户说过：I live in Lisbon."
+    assert Fact.objects.filter(session=other).get().content == "用户说过：My dog is called Max."
+    assert WorkingState.objects.get(session=long).extracted_through == 16

@@ -143,13 +143,18 @@ def test_console_exit_and_new_write_episodes(owner, llm_config, settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_idle_api_sessions_get_their_episode(owner, llm_config, settings):
+    """Two short chats closed idle: together they hold four rounds, so their ends are due
+    (memory_app.working.ends_due) and both episodes are written."""
     settings.ETHAN_EMBEDDED = True
     idle = conversation(owner, "帮我规划预算。", "下个月要买电脑。", channel="api")
-    ChatSession.objects.filter(pk=idle.pk).update(updated_at=timezone.now() - timedelta(hours=1))
-    assert sessions_finish_idle_task() == 1
+    other = conversation(owner, "周末去爬山。", "记得带水。", channel="api")
+    ChatSession.objects.filter(pk__in=[idle.pk, other.pk]).update(
+        updated_at=timezone.now() - timedelta(hours=1)
+    )
+    assert sessions_finish_idle_task() == 2
     queue.run_deferred()
-    assert Episode.objects.get().session_ref == idle.pk
-    assert session_episode_write_task(idle.pk) is True and Episode.objects.count() == 1
+    assert set(Episode.objects.values_list("session_ref", flat=True)) == {idle.pk, other.pk}
+    assert session_episode_write_task(idle.pk) is True and Episode.objects.count() == 2
 
 
 @pytest.mark.django_db

@@ -77,6 +77,7 @@ TASK_NAMES = {
     "memory.import_upload",
     "sessions.cleanup_empty",
     "sessions.close_idle",
+    "sessions.end_write",
 }
 
 

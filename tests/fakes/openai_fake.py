@@ -262,7 +262,8 @@ class MiniModel:
 
     Consolidating (a compress batch, a session's end: summary and facts in one call), it
     answers "摘要n" and one fact per user turn it may take facts from, "用户说过：<the turn>"
-    with that turn's number, so a test sees which message each fact came from."""
+    with that turn's number, so a test sees which message each fact came from. Several
+    sessions' ends in one call get "会话摘要1", "会话摘要2", … and the same facts."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -272,6 +273,19 @@ class MiniModel:
         system = body["messages"][0]["content"]
         if body["model"] == "gpt-4o":
             return Reply(body=FakeOpenAI.text(f"好的{len(self.calls)}"))
+        if "You do two things with several separate conversations" in system:
+            kind = "consolidate_sessions"
+            self.calls.append(kind)
+            transcript = body["messages"][-1]["content"]
+            count = len(re.findall(r"^## Conversation \d+$", transcript, re.MULTILINE))
+            text = json.dumps(
+                {
+                    "summaries": [f"会话摘要{n}" for n in range(1, count + 1)],
+                    "facts": self.facts_said(system, transcript),
+                },
+                ensure_ascii=False,
+            )
+            return Reply(body={**FakeOpenAI.text(text), "model": body["model"]})
         if "You do two things with a conversation" in system:
             kind = "consolidate"
             self.calls.append(kind)

@@ -407,3 +407,44 @@ def test_the_offline_model_consolidates_by_summarising_and_extracting():
         ("用户更喜欢简短的回答", (3,))
     ]
     assert later.extraction.judged is False
+
+
+def test_one_call_over_several_sessions_gives_a_summary_each_and_their_facts(provider):
+    """Short chats' ends batched: the sessions under their own headings, turns numbered across
+    them; a summary per session (a wrong count is repaired once), the facts of all."""
+    first = [Message.user("我住在杭州。"), Message.assistant("好的。")]
+    second = [Message.user("My dog is called Max."), Message.assistant("Nice.")]
+    fact = {"category": "knowledge", "importance": 0.8}
+    facts = [
+        {**fact, "content": "用户住在杭州", "turns": [1]},
+        {**fact, "content": "The user's dog is called Max", "turns": [3]},
+    ]
+    provider.fake.reply(provider.text(json.dumps({"summaries": ["只有一个"], "facts": facts})))
+    answer = {"summaries": ["用户住在杭州。", "The user has a dog, Max."], "facts": facts}
+    provider.fake.reply(provider.text(json.dumps(answer, ensure_ascii=False)))
+    result = memory.consolidate_sessions(model=provider.model, sessions=[first, second])
+    assert result.summaries == ("用户住在杭州。", "The user has a dog, Max.")
+    assert [(f.content, f.turns) for f in result.extraction.facts] == [
+        ("用户住在杭州", (1,)),
+        ("The user's dog is called Max", (3,)),
+    ]
+    asked, repaired = (request.body for request in provider.fake.requests)
+    wire = json.dumps(asked, ensure_ascii=False)
+    assert "## Conversation 1\\n[1] user: 我住在杭州。\\n[2] assistant: 好的。" in wire
+    assert "## Conversation 2\\n[3] user: My dog is called Max." in wire
+    assert "is too short" in json.dumps(repaired, ensure_ascii=False)
+
+
+def test_the_offline_model_consolidates_several_sessions_each_summarised_alone():
+    first = [Message.user("我住在杭州。"), Message.assistant("好的。")]
+    second = [Message.user("我更喜欢简短的回答。"), Message.assistant("明白。")]
+    result = memory.consolidate_sessions(model="offline", sessions=[first, second])
+    assert result.summaries == (
+        memory.summarize(model="offline", rounds=first),
+        memory.summarize(model="offline", rounds=second),
+    )
+    assert [(f.content, f.turns) for f in result.extraction.facts] == [
+        ("用户住在杭州", (1,)),
+        ("用户更喜欢简短的回答", (3,)),
+    ]
+    assert result.extraction.judged is False

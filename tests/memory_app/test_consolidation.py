@@ -560,13 +560,13 @@ def test_the_sweep_and_the_turn_hold_the_same_sessions_due(owner):
 def test_an_ended_session_whose_messages_are_gone_is_caught_up_without_a_model_call(owner, fakes):
     from django.utils import timezone
 
+    from agent_app.lifecycle import sessions_end_write
     from sessions_app.models import ChatSession
 
     session = ChatSession.objects.create(
         id="emptied", owner=owner, model="gpt-4o", round_count=2, ended_at=timezone.now()
     )
-    report = consolidation_run(session_id=session.pk)
-    assert (report.extractions, report.facts) == (1, [])
+    assert sessions_end_write(owner_id=owner.pk, now=True) == 1
     assert WorkingState.objects.get(session=session).extracted_through == 2
     assert fakes["openai"].fake.requests == []
 
