@@ -195,34 +195,44 @@ def history_import(
 
 def import_upload_run(*, run_id: int) -> None:
     """The memory page's upload, in the background: the file out of its row into a private
-    temporary file, imported, then learnt from (unless the person asked not to)."""
+    temporary file, imported, then learnt from (unless the person asked not to). A delivery
+    again after a worker died mid-import imports again (adding what is missing: the import is
+    idempotent); the file leaves its row only once it is imported."""
     run = ImportRun.objects.select_related("owner").filter(pk=run_id).first()
-    if run is None or run.status != ImportRun.Status.QUEUED:
-        return  # gone, or taken by an earlier delivery of this task
+    if run is None or run.status not in (ImportRun.Status.QUEUED, ImportRun.Status.READING):
+        return  # gone, or an earlier delivery got past the import
     data = ImportRun.objects.filter(pk=run.pk).values_list("upload", flat=True).first()
-    if data is None:
+    if data is not None:
+        try:
+            _upload_import(run, bytes(data))
+        except ExportError as exc:
+            _run_update(run, status=ImportRun.Status.FAILED, error=str(exc), upload=None)
+            return
+        del data
+        _run_update(run, upload=None)
+    elif run.status == ImportRun.Status.QUEUED:
         _run_update(run, status=ImportRun.Status.FAILED, error="the upload was lost; send again")
         return
-    suffix = ".zip" if bytes(data[:4]) == b"PK\x03\x04" else ".json"
-    handle, name = tempfile.mkstemp(prefix="ethan-import-", suffix=suffix)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(bytes(data))
-        del data
-        path = Path(name)
-        try:
-            history_import(owner=run.owner, path=path, source=run.source, run=run)
-        except ExportError as exc:
-            message = str(exc).replace(path.name, run.file_name, 1)
-            _run_update(run, status=ImportRun.Status.FAILED, error=message, upload=None)
-            return
-    finally:
-        Path(name).unlink(missing_ok=True)
-    _run_update(run, upload=None)
     if run.learn:
         imports_learn_start(owner=run.owner, run=run)
     else:
         _run_update(run, status=ImportRun.Status.DONE)
+
+
+def _upload_import(run: ImportRun, data: bytes) -> None:
+    """Import the uploaded bytes through a private temporary file (the reader streams from a
+    file); an ExportError names the file as the person uploaded it."""
+    suffix = ".zip" if data[:4] == b"PK\x03\x04" else ".json"
+    handle, name = tempfile.mkstemp(prefix="ethan-import-", suffix=suffix)
+    path = Path(name)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        history_import(owner=run.owner, path=path, source=run.source, run=run)
+    except ExportError as exc:
+        raise ExportError(str(exc).replace(path.name, run.file_name, 1)) from None
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def _run_update(run: ImportRun, **fields) -> None:

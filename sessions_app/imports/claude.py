@@ -16,7 +16,7 @@ from typing import Any
 from sessions_app.imports.export import Conversation, Turn, clean, merged, shape_error, when
 
 SOURCE = "claude"
-ROLES = {"human": "user", "assistant": "assistant"}
+ROLES = {"human": "user", "user": "user", "assistant": "assistant"}
 
 
 def _block(block: Any) -> str:

@@ -129,3 +129,14 @@ def test_an_upload_over_the_limit_is_refused(owner, settings, declared):
         assert answer.status_code == 400
     assert "The file is" in answer.content.decode()
     assert not ImportRun.objects.exists()
+
+
+def test_a_redelivery_after_a_worker_died_mid_import_imports_again(owner):
+    upload(client_for(owner))
+    run = ImportRun.objects.get(owner=owner)
+    # The worker died while reading: its status says so, the upload is still in its row.
+    ImportRun.objects.filter(pk=run.pk).update(status="reading", conversations_done=0)
+    import_upload_run(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.status, run.sessions_created, run.upload) == ("learning", 1, None)
+    assert ChatSession.objects.filter(owner=owner).count() == 1
