@@ -22,6 +22,7 @@ from agent_app.history_import import (
     learning_estimate,
 )
 from sessions_app.imports.export import ExportError
+from sessions_app.imports.services import export_check
 
 
 @contextmanager
@@ -47,6 +48,16 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
         if path is None:
             raise CommandError(f"--from {source} needs the export: a zip or conversations.json")
         path = Path(path).expanduser()
+        if options["dry_run"]:
+            try:
+                check = export_check(path, source=source)
+            except ExportError as exc:
+                raise CommandError(f"nothing imported: {exc}") from None
+            command.stdout.write(
+                f"{path.name} holds {check.conversations} conversations, {check.messages} "
+                f"messages, {check.rounds} rounds; dry run: nothing was written"
+            )
+            return
         try:
             with progress_bar(command.stderr._out, "conversations") as progress:
                 report = history_import(owner=owner, path=path, source=source, progress=progress)

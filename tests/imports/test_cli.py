@@ -124,3 +124,16 @@ def test_progress_bars_on_a_terminal(tmp_path):
     shown.expect(pexpect.EOF)
     shown.close()
     assert shown.exitstatus == 0
+
+
+def test_a_dry_run_reads_the_whole_export_and_writes_nothing(tmp_path):
+    home = tmp_path / "home"
+    chats = [ChatGPT("c-1", "x").exchange(("a", "b"), ("c", "d")).export()]
+    export = write_json(tmp_path / "conversations.json", chats)
+    ran = ethan(["import", "--from", "chatgpt", str(export), "--dry-run"], home)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == (
+        "conversations.json holds 1 conversations, 4 messages, 2 rounds; dry run: nothing was "
+        "written\n"
+    )
+    assert rows(home, "SELECT count(*) FROM sessions_app_chatsession") == [(0,)]
