@@ -88,7 +88,11 @@ def language_of(text: str) -> str:
 _TRAILING = re.compile(r"[\s\"'”’」』)）\]】~～…。.!！]+$")
 _EN_QUESTION_OPENING = re.compile(
     r"^(?:(?:so|and|but|ok|okay|hey|ethan)[,\s]+)*"
-    r"(?:(?:what|where|when|who|whom|whose|which|why|how)(?:['’]s|['’]re)?\b|"
+    r"(?:(?:what|where|when|who|whom|whose|which|why|how)(?:['’]s|['’]re)\b|"
+    # A wh-word right before its subject opens a clause, not a question: "How I met my wife
+    # is a long story", "What I need is rest" (a question ends with ? or inverts: "How did I").
+    r"(?:what|where|when|who|whom|whose|which|why|how)\b"
+    r"(?!\s+(?:i|we|he|she|they|my|our|his|her|their|you|your)\b)|"
     r"(?:do|does|did|can|could|would|will|is|are|am|was|were|have|has|had|should|shall|may|"
     r"might|must)(?:n['’]t)?\s+(?:you|i|we|he|she|it|they|my|your|our|the|there|this|that)\b)",
     re.IGNORECASE,

@@ -95,6 +95,8 @@ def test_a_date_beside_a_relative_time_is_the_time():
         "Did I tell you about my wife",
         "Where do I live",
         "Is my dog Max ok",
+        "How's my dog doing",
+        "How did I meet my wife",
         "Remember that?",
         "你还记得我女儿叫什么吗？",
         "你还记得我女儿叫什么",
@@ -117,6 +119,9 @@ def test_a_question_is_a_question_in_both_languages(text):
         "I live in Lisbon",
         "I moved to Porto!",
         "Always reply in English",
+        # A wh-word right before its subject opens a clause, not a question.
+        "How I met my wife is a long story.",
+        "What I need now is a quiet week.",
         # A polite request to remember tells: it is an instruction.
         "Can you remember that I'm allergic to nuts?",
         "你能记住我不吃辣吗？",
