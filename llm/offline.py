@@ -400,9 +400,16 @@ def _remembered(fact: str, *, zh: bool, when: str = "") -> str:
     return f"{said}: {told}"
 
 
+# First words that are lower case inside a sentence (a name keeps its capital: "Max is…").
+_COMMON_OPENING = re.compile(
+    r"(?:you|your|how|what|where|when|why|who|which|the|a|an|my|this|that|there)\b",
+    re.IGNORECASE,
+)
+
+
 def _lower_you(told: str) -> str:
-    """'Your dog…' inside a sentence: 'your dog…'."""
-    return f"{told[0].lower()}{told[1:]}" if re.match(r"your?\b", told, re.IGNORECASE) else told
+    """'Your dog…', 'How you met…' inside a sentence: 'your dog…', 'how you met…'."""
+    return f"{told[0].lower()}{told[1:]}" if _COMMON_OPENING.match(told) else told
 
 
 def _with_subject(fact: str) -> str:

@@ -443,10 +443,13 @@ def test_a_question_about_the_person_is_answered_from_an_injected_fact(question,
 def test_what_do_you_remember_about_me_lists_the_injected_facts():
     system = (
         "<memory_context>\n- [knowledge, 0.80] User: I live in Lisbon\n"
-        "- [knowledge, 0.80] User: My dog is called Max\n</memory_context>"
+        "- [knowledge, 0.80] User: My dog is called Max\n"
+        "- [knowledge, 0.80] User: How I met my wife is a long story\n"
+        "- [knowledge, 0.80] User: Max is my dog's vet\n</memory_context>"
     )
     assert say("What do you remember about me?", system=system).text == (
-        "Here is what I remember about you: you live in Lisbon; your dog is called Max."
+        "Here is what I remember about you: you live in Lisbon; your dog is called Max; "
+        "how you met your wife is a long story; Max is your dog's vet."
     )
     assert say(
         "你都记得我什么？", system="<memory_context>\n- 用户女儿叫小米\n</memory_context>"
