@@ -358,8 +358,10 @@ class ReplayedExtractor:
     the turns shown in that request from the first it may take facts from, each with its turn
     number. It stands in for a real model's extraction, which cannot be called here: every fact
     still goes Ethan's real way (when extraction runs, provenance from the turn numbers, dedupe,
-    reinforcement, supersession, capacity, injection ranking). Summaries are the transcript's
-    first words; folds join the summaries."""
+    reinforcement, supersession, capacity, injection ranking). Summaries are the observations
+    of the turns shown, as a model's summary says what happened in its own words: never the
+    turns' words, which would count as those turns reached once an episode is in the prompt
+    (reached_by_turn). Folds join the summaries."""
 
     SUMMARY_WORDS = 60
 
@@ -399,6 +401,19 @@ class ReplayedExtractor:
                 texts[-1] += "\n" + line[2:]
         return texts
 
+    def observations(self, text: str) -> list[str]:
+        """The observations of a shown turn (of the first of equal turns)."""
+        return [
+            o
+            for dia_id in self.by_text.get(text.strip(), [])[:1]
+            for o in self.observed.get(dia_id, [])
+        ]
+
+    def summary(self, transcript: str) -> str:
+        """The observations of every turn shown, in order, cut at SUMMARY_WORDS words."""
+        said = " ".join(o for text in self.turns(transcript) for o in self.observations(text))
+        return " ".join(said.split()[: self.SUMMARY_WORDS]) or "Small talk."
+
     def facts(self, system: str, transcript: str) -> list[dict[str, Any]]:
         first = re.search(r"take facts only from turn \[(\d+)\]", system)
         start = int(first.group(1)) if first else 1
@@ -406,16 +421,15 @@ class ReplayedExtractor:
         for number, text in enumerate(self.turns(transcript), start=1):
             if number < start:
                 continue
-            for dia_id in self.by_text.get(text.strip(), [])[:1]:
-                for observation in self.observed.get(dia_id, []):
-                    facts.append(
-                        {
-                            "content": observation,
-                            "category": "knowledge",
-                            "importance": 0.8,
-                            "turns": [number],
-                        }
-                    )
+            for observation in self.observations(text):
+                facts.append(
+                    {
+                        "content": observation,
+                        "category": "knowledge",
+                        "importance": 0.8,
+                        "turns": [number],
+                    }
+                )
         return facts
 
     def _answer(self, recorded):
@@ -424,7 +438,7 @@ class ReplayedExtractor:
 
         body = recorded.body
         system, prompt = body["messages"][0]["content"], body["messages"][-1]["content"]
-        words = " ".join(" ".join(self.turns(prompt)).split()[: self.SUMMARY_WORDS])
+        words = self.summary(prompt)
         if "You do two things with a conversation" in system:
             kind, text = "consolidate", {"summary": words, "facts": self.facts(system, prompt)}
         elif "extract long-term memories" in system:

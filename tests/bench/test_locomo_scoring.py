@@ -271,5 +271,7 @@ def test_the_replayed_extractor_reads_numbered_turns_from_the_first_it_may_use()
         assert extractor.facts(later, transcript) == [
             {"content": "second", "category": "knowledge", "importance": 0.8, "turns": [2]}
         ]
+        # A summary says what happened, never a turn's own words (they would count as reached).
+        assert extractor.summary(transcript) == "first second"
     finally:
         extractor.close()
