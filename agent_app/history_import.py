@@ -3,18 +3,20 @@
 
 The import itself is sessions_app's (sessions_app.imports): each conversation becomes a session
 on the `import` channel. Learning crosses the layers, so it lives here: each imported session
-is consolidated as a live one is (agent_app.lifecycle.session_learn: its compress batches,
-folds, then its end with the episode and last facts), oldest conversation first, so that what
-the person said later supersedes what they said before.
+is consolidated as a live one is (agent_app.lifecycle.sessions_learn: a long one's compress
+batches, folds, then its end with the episode and last facts; short ones' ends together in one
+call, as short chats' ends are), oldest conversation first, so that what the person said later
+supersedes what they said before.
 
 An imported session has no end (ended_at) until it has been learnt: that is what "still to
 learn" means, durably. A stop anywhere (the console closed, a worker killed) leaves the rest
 pending, and the next `ethan import --learn` (or the same import again) goes on from there;
-session_learn is safe to repeat on the session that was being learnt. An import with
---no-learn leaves them all pending, and nothing else picks them up (the console's
-end-of-session catch-up only looks at ended sessions).
+sessions_learn is safe to repeat on the step that was being learnt. An import with
+--no-learn leaves them all pending, and nothing else picks them up (the end sweep and the
+console's catch-up only look at ended sessions, and memory.catch_up leaves imported sessions
+not learnt yet to their import).
 
-With a broker, learning is a chain of tasks on the memory queue, one session each (each task
+With a broker, learning is a chain of tasks on the memory queue, one step each (each task
 queues the next), so the order holds and each step is acknowledged on its own; embedded, the
 same steps run in this process, under a progress bar.
 """
@@ -33,7 +35,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
-from agent_app.lifecycle import session_learn
+from agent_app.lifecycle import learn_batch, sessions_learn
 from ethan_site.queue import enqueue, ethan_task
 from llm.memory import CONSOLIDATE_SYSTEM
 from llm.tokens import estimate_tokens
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 
 # How often (in conversations or sessions) a run's progress row is written.
 PROGRESS_EVERY = 20
+# Pending sessions read to choose the next learning step: more than one step ever takes (at
+# most END_BATCH_MAX_ROUNDS sessions of a round each).
+LEARN_WINDOW = 50
 
 
 def sessions_to_learn(*, owner: AbstractBaseUser) -> QuerySet:
@@ -80,7 +85,7 @@ class LearningEstimate:
 
 
 def session_calls(rounds: int, config: MemoryConfig) -> int:
-    """Compression-model calls session_learn makes on a session of `rounds` rounds: a call per
+    """Compression-model calls session_learn makes on a session of `rounds` rounds alone: a call per
     compress batch that left the hot zone, a fold once the warm zone is full, and its end."""
     if rounds < 1:
         return 0
@@ -90,13 +95,20 @@ def session_calls(rounds: int, config: MemoryConfig) -> int:
 
 
 def learning_estimate(*, owner: AbstractBaseUser) -> LearningEstimate:
+    """The calls follow the learning's own steps (learn_batch): a long session's calls, one
+    call for each run of short ones."""
     config = memory_config()
     pending = sessions_to_learn(owner=owner)
     conversations = rounds = calls = 0
-    for count in pending.values_list("round_count", flat=True).iterator():
+    window: list[tuple[str, int]] = []
+    for step in pending.values_list("pk", "round_count").iterator():
         conversations += 1
-        rounds += count
-        calls += session_calls(count, config)
+        rounds += step[1]
+        window.append(step)
+        if len(window) > LEARN_WINDOW:
+            calls += _step_calls(window, config)
+    while window:
+        calls += _step_calls(window, config)
     contents = Message.objects.filter(session__in=pending).values_list("content", flat=True)
     tokens = sum(estimate_tokens(text) for text in contents.iterator(chunk_size=2000))
     return LearningEstimate(
@@ -107,12 +119,29 @@ def learning_estimate(*, owner: AbstractBaseUser) -> LearningEstimate:
     )
 
 
-def imported_session_learn(*, session_id: str) -> None:
-    """Learn one imported session, then give it its end (the conversation's last activity),
-    which takes it off the pending list. Killed in between, it is learnt again: safe."""
-    session_learn(session_id=session_id)
-    ChatSession.objects.filter(pk=session_id, ended_at__isnull=True).update(
+def _step_calls(window: list[tuple[str, int]], config: MemoryConfig) -> int:
+    """The calls of the next learning step over `window` (one for short sessions together, a
+    long one's own), which it takes off the window."""
+    step = learn_batch(window, config=config)
+    rounds = dict(window[: len(step)])  # a step is the window's first sessions
+    del window[: len(step)]
+    return 1 if len(step) > 1 else session_calls(rounds[step[0]], config)
+
+
+def imported_sessions_learn(*, session_ids: list[str]) -> None:
+    """Learn one step of imported sessions (learn_batch), then give them their end (each
+    conversation's last activity), which takes them off the pending list. Killed in between,
+    they are learnt again: safe."""
+    sessions_learn(session_ids=session_ids)
+    ChatSession.objects.filter(pk__in=session_ids, ended_at__isnull=True).update(
         ended_at=F("updated_at")
+    )
+
+
+def next_step(*, owner: AbstractBaseUser) -> list[str]:
+    """The imported sessions the next learning step takes, oldest first (learn_batch)."""
+    return learn_batch(
+        list(sessions_to_learn(owner=owner).values_list("pk", "round_count")[:LEARN_WINDOW])
     )
 
 
@@ -120,12 +149,14 @@ def imports_learn(
     *, owner: AbstractBaseUser, progress: Callable[[int, int], None] | None = None
 ) -> int:
     """Learn every pending imported session of `owner` here, in order; returns how many."""
-    pending = list(sessions_to_learn(owner=owner).values_list("pk", flat=True))
-    for done, session_id in enumerate(pending, start=1):
-        imported_session_learn(session_id=session_id)
+    total = sessions_to_learn(owner=owner).count()
+    done = 0
+    while step := next_step(owner=owner):
+        imported_sessions_learn(session_ids=step)
+        done += len(step)
         if progress:
-            progress(done, len(pending))
-    return len(pending)
+            progress(min(done, total), total)
+    return done
 
 
 def imports_learn_start(*, owner: AbstractBaseUser, run: ImportRun | None = None) -> int:
@@ -141,25 +172,24 @@ def imports_learn_start(*, owner: AbstractBaseUser, run: ImportRun | None = None
     return pending
 
 
-def imports_learn_next(*, owner_id: int, run_id: int | None = None) -> str | None:
-    """One step of the chain: learn the oldest pending session and queue the next step.
-    Returns the session learnt (None when nothing was left: the run is done)."""
+def imports_learn_next(*, owner_id: int, run_id: int | None = None) -> list[str]:
+    """One step of the chain: learn the oldest pending sessions (next_step: one long session,
+    or short ones together) and queue the next step. Returns the sessions learnt (none when
+    nothing was left: the run is done)."""
     owner = get_user_model().objects.filter(pk=owner_id).first()
     run = ImportRun.objects.filter(pk=run_id).first() if run_id else None
-    session_id = (
-        sessions_to_learn(owner=owner).values_list("pk", flat=True).first() if owner else None
-    )
-    if session_id is None:
+    step = next_step(owner=owner) if owner else []
+    if not step:
         if run is not None:
             _run_update(run, status=ImportRun.Status.DONE, learn_done=run.learn_total)
-        return None
-    imported_session_learn(session_id=session_id)
+        return []
+    imported_sessions_learn(session_ids=step)
     if run is not None:
         ImportRun.objects.filter(pk=run.pk).update(
-            learn_done=F("learn_done") + 1, updated_at=timezone.now()
+            learn_done=F("learn_done") + len(step), updated_at=timezone.now()
         )
     enqueue(imports_learn_next_task, owner_id, run_id)
-    return session_id
+    return step
 
 
 def history_import(
@@ -248,5 +278,5 @@ def import_upload_task(run_id: int) -> None:
 
 
 @ethan_task(name="memory.import_learn_next")
-def imports_learn_next_task(owner_id: int, run_id: int | None = None) -> str | None:
+def imports_learn_next_task(owner_id: int, run_id: int | None = None) -> list[str]:
     return imports_learn_next(owner_id=owner_id, run_id=run_id)

@@ -26,7 +26,7 @@ from memory_app.consolidator import (
     consolidation_run,
 )
 from memory_app.models import WorkingState
-from memory_app.working import ends_due, sessions_ending
+from memory_app.working import MemoryConfig, ends_due, memory_config, sessions_ending
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession
 
@@ -104,6 +104,36 @@ def session_learn(*, session_id: str) -> bool:
     its rounds. True when an episode was written."""
     consolidation_run(session_id=session_id)
     return session_episode_write(session_id=session_id)
+
+
+def learn_batch(pending: list[tuple[str, int]], *, config: MemoryConfig | None = None) -> list[str]:
+    """The sessions the next learning step takes, from `pending` ((id, rounds), in the order
+    they are to be learnt): the first alone when a compress batch would leave its hot zone (it
+    is learnt as lived, session_learn), else it and the short ones right after it, up to
+    END_BATCH_MAX_ROUNDS rounds, whose ends share one call as short chats' ends do."""
+    config = config or memory_config()
+    batch: list[str] = []
+    rounds = 0
+    for session_id, count in pending:
+        short = count < config.hot_size + config.compress_batch
+        if not short or rounds + count > END_BATCH_MAX_ROUNDS:
+            return batch or [session_id]
+        batch.append(session_id)
+        rounds += count
+    return batch
+
+
+def sessions_learn(*, session_ids: list[str]) -> None:
+    """Sessions never lived here (an import), learnt as one step of learn_batch: one session
+    consolidated whole (session_learn), or several short ones ended together in one call (a
+    summary each for its episode, and their facts). Safe to repeat: every end is claimed."""
+    if len(session_ids) == 1:
+        session_learn(session_id=session_ids[0])
+        return
+    by_id = ChatSession.objects.select_related("owner").in_bulk(session_ids)
+    sessions = [by_id[session_id] for session_id in session_ids if session_id in by_id]
+    if sessions:
+        consolidation_finish_sessions(sessions=sessions, record_episode=_episode_record(""))
 
 
 def sessions_end_write(*, owner_id: int, now: bool = False) -> int:

@@ -94,8 +94,9 @@ def measure(count: int, learn: int) -> dict:
         django_setup(fresh_home=False)
         from agent_app.history_import import (
             history_import,
-            imported_session_learn,
+            imported_sessions_learn,
             learning_estimate,
+            next_step,
             session_calls,
             sessions_to_learn,
         )
@@ -136,15 +137,21 @@ def measure(count: int, learn: int) -> dict:
         }
         if learn:
             config = memory_config()
-            pending = list(sessions_to_learn(owner=owner).values_list("pk", "round_count")[:learn])
+            rounds_of = dict(sessions_to_learn(owner=owner).values_list("pk", "round_count"))
+            sessions = rounds = calls = 0
             started = time.perf_counter()
-            for session_id, _rounds in pending:
-                imported_session_learn(session_id=session_id)
+            # The learning's own steps (a long session alone, short ones together), until
+            # `learn` sessions are learnt.
+            while sessions < learn and (step := next_step(owner=owner)):
+                imported_sessions_learn(session_ids=step)
+                sessions += len(step)
+                rounds += sum(rounds_of[session_id] for session_id in step)
+                calls += 1 if len(step) > 1 else session_calls(rounds_of[step[0]], config)
             learnt = time.perf_counter() - started
             result.update(
-                learnt_sessions=len(pending),
-                learnt_rounds=sum(rounds for _, rounds in pending),
-                learnt_calls=sum(session_calls(rounds, config) for _, rounds in pending),
+                learnt_sessions=sessions,
+                learnt_rounds=rounds,
+                learnt_calls=calls,
                 learn_s=learnt,
                 facts=Fact.objects.filter(owner=owner).count(),
             )

@@ -81,7 +81,8 @@ def episode_write(
             "search_tokens": episode_search_tokens(summary, keywords),
             "model": model,
             "turn_count": session.round_count,
-            "timestamp": session.ended_at or timezone.now(),
+            # An imported conversation is learnt before it is given its end: its last activity.
+            "timestamp": session.ended_at or session.updated_at or timezone.now(),
         },
     )
     return episode

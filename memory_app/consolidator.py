@@ -86,7 +86,12 @@ def consolidation_catch_up() -> int:
     alongside the regular tasks: consolidation_run claims each batch."""
     from datetime import timedelta
 
-    recent = ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7))
+    recent = ChatSession.objects.filter(updated_at__gte=timezone.now() - timedelta(days=7)).exclude(
+        # An imported conversation not learnt yet is its import's to learn, in order
+        # (agent_app.history_import), or not at all (--no-learn).
+        channel=ChatSession.Channel.IMPORT,
+        ended_at__isnull=True,
+    )
     count = 0
     for session_id in sessions_consolidation_due(recent).values_list("pk", flat=True):
         consolidation_run(session_id=session_id)

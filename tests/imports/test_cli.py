@@ -42,7 +42,8 @@ def test_a_chatgpt_export_is_imported_and_learnt_from(tmp_path):
         "imported for ada from chatgpt-export.zip: 2 conversations, 2 new, 6 new messages, "
         "0 already there"
     )
-    assert lines[1].startswith("to learn: 2 conversations, 3 rounds: about 2 compression-model")
+    # Two short conversations: their ends share one call.
+    assert lines[1].startswith("to learn: 2 conversations, 3 rounds: about 1 compression-model")
     assert lines[2] == "learnt from 2 conversations"
     assert rows(home, "SELECT channel, title FROM sessions_app_chatsession ORDER BY title") == [
         ("import", "Cooking"),

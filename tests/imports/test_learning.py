@@ -1,5 +1,6 @@
-"""Learning from an import: each imported session consolidated as a live one (session_learn),
-oldest first so later facts supersede earlier ones, resumable, and estimated first."""
+"""Learning from an import: each imported session consolidated as a live one (sessions_learn:
+a long one alone, short ones' ends together), oldest first so later facts supersede earlier
+ones, resumable, and estimated first."""
 
 from __future__ import annotations
 
@@ -38,19 +39,20 @@ def lisbon_then_porto(tmp_path):
 def test_facts_with_their_sources_are_learnt_oldest_first(owner, lisbon_then_porto, llm_config):
     export_import(owner=owner, path=lisbon_then_porto, source="chatgpt")
     assert learning_estimate(owner=owner).conversations == 2
-    order = []
-    original = history_import.session_learn
+    steps = []
+    original = history_import.sessions_learn
 
-    def noted(*, session_id):
-        order.append(ChatSession.objects.get(pk=session_id).external_id)
-        return original(session_id=session_id)
+    def noted(*, session_ids):
+        steps.append([ChatSession.objects.get(pk=pk).external_id for pk in session_ids])
+        return original(session_ids=session_ids)
 
-    history_import.session_learn = noted
+    history_import.sessions_learn = noted
     try:
         assert imports_learn(owner=owner) == 2
     finally:
-        history_import.session_learn = original
-    assert order == ["chatgpt:c-early", "chatgpt:c-late"]
+        history_import.sessions_learn = original
+    # Two short conversations: one step, one call, the earlier first.
+    assert steps == [["chatgpt:c-early", "chatgpt:c-late"]]
 
     porto = Fact.objects.get(owner=owner, status=Fact.Status.ACTIVE, content__icontains="Porto")
     assert porto.session.external_id == "chatgpt:c-late"
@@ -68,22 +70,36 @@ def test_facts_with_their_sources_are_learnt_oldest_first(owner, lisbon_then_por
 
 
 def test_learning_resumes_after_a_stop_and_repeats_nothing(owner, tmp_path, llm_config):
+    """Five conversations of five rounds: a step takes four (20 rounds, one call), then the
+    process stops; the next run learns the fifth only."""
     conversations = [
-        claude(f"u-{n}", f"c{n}", [("human", f"I like colour {n}"), ("assistant", "ok")])
-        for n in range(3)
+        claude(
+            f"u-{n}",
+            f"c{n}",
+            [
+                item
+                for r in range(5)
+                for item in (("human", f"I like colour {n}{r}"), ("assistant", "ok"))
+            ],
+            start=START + timedelta(days=n),
+        )
+        for n in range(5)
     ]
     export_import(owner=owner, path=write_json(tmp_path / "c.json", conversations), source="claude")
     first = imports_learn_next(owner_id=owner.pk)  # one step, then the process stops
-    assert first is not None
-    assert sessions_to_learn(owner=owner).count() == 2
-    learnt = Fact.objects.filter(owner=owner).count()
-    assert learnt >= 1
-    assert imports_learn(owner=owner) == 2
+    assert [ChatSession.objects.get(pk=pk).external_id for pk in first] == [
+        f"claude:u-{n}" for n in range(4)
+    ]
+    assert sessions_to_learn(owner=owner).count() == 1
+    assert Fact.objects.filter(owner=owner).exists()
+    assert Episode.objects.filter(owner=owner).count() == 4
+    assert imports_learn(owner=owner) == 1
     assert imports_learn(owner=owner) == 0
     total = Fact.objects.filter(owner=owner).count()
-    # The stopped session's facts were not learnt twice.
+    # The stopped step's facts were not learnt twice.
     assert total == Fact.objects.filter(owner=owner).values("content").distinct().count()
-    assert imports_learn_next(owner_id=owner.pk) is None
+    assert Episode.objects.filter(owner=owner).count() == 5
+    assert imports_learn_next(owner_id=owner.pk) == []
 
 
 def test_the_estimate_counts_calls_from_the_memory_schedule(owner, tmp_path):
@@ -98,10 +114,16 @@ def test_the_estimate_counts_calls_from_the_memory_schedule(owner, tmp_path):
         8,
     ]
     long = ChatGPT("c-long", "Long").exchange(*[(f"question {n}", "answer") for n in range(16)])
-    short = ChatGPT("c-short", "Short").exchange(("hello there", "hi"))
-    path = write_json(tmp_path / "c.json", [long.export(), short.export()])
+    shorts = [
+        ChatGPT(f"c-short{n}", "Short", start=START + timedelta(days=1 + n)).exchange(
+            ("hello there", "hi")
+        )
+        for n in range(3)
+    ]
+    path = write_json(tmp_path / "c.json", [long.export(), *(s.export() for s in shorts)])
     export_import(owner=owner, path=path, source="chatgpt")
     estimate = learning_estimate(owner=owner)
-    assert (estimate.conversations, estimate.rounds, estimate.calls) == (2, 17, 3)
-    assert estimate.tokens > 17 * 2
-    assert "2 conversations, 17 rounds: about 3 compression-model calls" in estimate.line()
+    # The long one's batch and end, then one call for the three short ones together.
+    assert (estimate.conversations, estimate.rounds, estimate.calls) == (4, 19, 3)
+    assert estimate.tokens > 19 * 2
+    assert "4 conversations, 19 rounds: about 3 compression-model calls" in estimate.line()

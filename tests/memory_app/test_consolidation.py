@@ -516,6 +516,22 @@ def test_catch_up_finds_a_session_due_only_for_extraction(owner, llm_config):
     assert consolidation_catch_up() == 0  # nothing due any more
 
 
+def test_catch_up_leaves_an_imported_conversation_to_its_import(owner, llm_config):
+    """Imported and not learnt yet (or imported with --no-learn): the sweep does not compress
+    it out of order; once learnt (ended), it is like any other session."""
+    from django.utils import timezone
+
+    from memory_app.consolidator import consolidation_catch_up
+    from sessions_app.models import ChatSession
+
+    session = _rounds(owner, [f"第{n}轮" for n in range(1, 17)])
+    ChatSession.objects.filter(pk=session.pk).update(channel=ChatSession.Channel.IMPORT)
+    assert consolidation_catch_up() == 0
+    assert not WorkingState.objects.filter(session=session).exists()
+    ChatSession.objects.filter(pk=session.pk).update(ended_at=timezone.now())
+    assert consolidation_catch_up() == 1
+
+
 def test_the_sweep_and_the_turn_hold_the_same_sessions_due(owner):
     from itertools import product
 
