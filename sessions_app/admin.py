@@ -1,7 +1,7 @@
 from django.contrib import admin, messages
 
 from sessions_app import services
-from sessions_app.models import ChatSession, Message
+from sessions_app.models import ChatSession, ImportRun, Message
 
 
 class MessageInline(admin.TabularInline):
@@ -40,3 +40,32 @@ class ChatSessionAdmin(admin.ModelAdmin):
             session_ids=list(queryset.values_list("pk", flat=True))
         )
         self.message_user(request, f"Removed {removed} empty session(s).", messages.SUCCESS)
+
+
+@admin.register(ImportRun)
+class ImportRunAdmin(admin.ModelAdmin):
+    """Imports of other assistants' exports, as far as each got: read-only (a run is a record
+    of what happened; the upload itself is never shown)."""
+
+    list_display = [
+        "id",
+        "owner",
+        "source",
+        "file_name",
+        "status",
+        "conversations_done",
+        "sessions_created",
+        "learn_done",
+        "learn_total",
+        "updated_at",
+    ]
+    list_filter = ["source", "status"]
+    list_select_related = ["owner"]
+    search_fields = ["file_name", "owner__username"]
+    exclude = ["upload"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

@@ -49,3 +49,17 @@ def test_admin_needs_staff(client, owner):
     client.force_login(owner)
     response = client.get("/admin/sessions_app/chatsession/")
     assert response.status_code == 302
+
+
+def test_admin_lists_import_runs_read_only_without_their_upload(admin_client, owner):
+    from sessions_app.models import ImportRun
+
+    run = ImportRun.objects.create(
+        owner=owner, source="chatgpt", file_name="chatgpt-export.zip", upload=b"PK-secret-bytes"
+    )
+    listing = admin_client.get("/admin/sessions_app/importrun/")
+    assert listing.status_code == 200 and "chatgpt-export.zip" in listing.text
+    page = admin_client.get(f"/admin/sessions_app/importrun/{run.pk}/change/")
+    assert page.status_code == 200
+    assert "PK-secret-bytes" not in page.text and 'name="file_name"' not in page.text
+    assert admin_client.get("/admin/sessions_app/importrun/add/").status_code == 403
