@@ -78,10 +78,17 @@ class LearningEstimate:
     tokens: int = 0
 
     def line(self) -> str:
+        if not self.conversations:
+            return "nothing new to learn"
         return (
-            f"to learn: {self.conversations} conversations, {self.rounds} rounds: about "
-            f"{self.calls} compression-model calls reading about {self.tokens:,} tokens"
+            f"to learn: {_count(self.conversations, 'conversation')}, "
+            f"{_count(self.rounds, 'round')}: about {_count(self.calls, 'compression-model call')}"
+            f" reading about {_count(self.tokens, 'token')}"
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
 def session_calls(rounds: int, config: MemoryConfig) -> int:

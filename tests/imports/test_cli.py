@@ -43,7 +43,9 @@ def test_a_chatgpt_export_is_imported_and_learnt_from(tmp_path):
         "0 already there"
     )
     # Two short conversations: their ends share one call.
-    assert lines[1].startswith("to learn: 2 conversations, 3 rounds: about 1 compression-model")
+    assert lines[1].startswith(
+        "to learn: 2 conversations, 3 rounds: about 1 compression-model call reading"
+    )
     assert lines[2] == "learnt from 2 conversations"
     assert rows(home, "SELECT channel, title FROM sessions_app_chatsession ORDER BY title") == [
         ("import", "Cooking"),
@@ -57,8 +59,7 @@ def test_a_chatgpt_export_is_imported_and_learnt_from(tmp_path):
     assert again.stdout.splitlines() == [
         "imported for ada from chatgpt-export.zip: 2 conversations, 0 new, 0 new messages, "
         "2 already there",
-        "to learn: 0 conversations, 0 rounds: about 0 compression-model calls reading about "
-        "0 tokens",
+        "nothing new to learn",
     ]
     assert rows(home, "SELECT count(*) FROM memory_app_fact") == [(len(facts),)]
 
