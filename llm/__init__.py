@@ -1,8 +1,9 @@
-"""Ethan's model layer: provider-neutral types, `stream()` and `complete()` (the same stream,
-drained), four providers (openai, anthropic, gemini, offline), compression-model routing,
-structured output and a token estimate. Plain Python: nothing here imports Django."""
+"""Ethan's model layer: provider-neutral types, `stream()` (`astream()` for async callers) and
+`complete()` (the same stream, drained), four providers (openai, anthropic, gemini, offline),
+compression-model routing, structured output and a token estimate. Plain Python: nothing here
+imports Django."""
 
-from llm.client import complete, stream
+from llm.client import astream, complete, stream
 from llm.config import check_model, compression_model, configure, default_model
 from llm.errors import (
     ModelAuthError,
@@ -40,6 +41,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "astream",
     "check_model",
     "complete",
     "compression_model",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anthropic
@@ -20,6 +21,16 @@ from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, To
 @functools.lru_cache(maxsize=16)
 def _client(api_key: str, base_url: str | None, timeout: float) -> anthropic.Anthropic:
     return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+
+
+@functools.lru_cache(maxsize=16)
+def _async_client(
+    api_key: str, base_url: str | None, timeout: float, loop: asyncio.AbstractEventLoop
+) -> anthropic.AsyncAnthropic:
+    # One per event loop: an async client's connections belong to the loop that opened them.
+    return anthropic.AsyncAnthropic(
+        api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+    )
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
@@ -54,81 +65,84 @@ def to_wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return wire
 
 
-class AnthropicProvider:
-    name = ANTHROPIC
-
-    def stream(self, request: Request) -> Iterator[StreamEvent]:
-        settings = config.current()
-        client = _client(
-            config.api_key(ANTHROPIC, request.model, settings.env),
-            config.base_url(ANTHROPIC, settings.env),
-            request.timeout,
-        )
-        kwargs: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens,
-            "messages": to_wire_messages(request.messages),
-            "stream": True,
+def _request_kwargs(request: Request) -> dict[str, Any]:
+    """The messages.create arguments of a request (the same for both clients)."""
+    kwargs: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": to_wire_messages(request.messages),
+        "stream": True,
+    }
+    if request.system:
+        kwargs["system"] = request.system
+    if request.tools:
+        kwargs["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+    if request.json_schema is not None:
+        # Structured output (JSON outputs): the answer's text is decoded to match the schema.
+        kwargs["output_config"] = {
+            "format": {"type": "json_schema", "schema": request.json_schema.schema}
         }
-        if request.system:
-            kwargs["system"] = request.system
-        if request.tools:
-            kwargs["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in request.tools
-            ]
-        if request.json_schema is not None:
-            # Structured output (JSON outputs): the answer's text is decoded to match the schema.
-            kwargs["output_config"] = {
-                "format": {"type": "json_schema", "schema": request.json_schema.schema}
-            }
-        started = time.perf_counter()
+    return kwargs
+
+
+class _Events:
+    """What a stream's events add up to, read one by one (from the sync or the async client):
+    the text as it comes, then the whole Completion."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.started = time.perf_counter()
         # Content blocks by index: text grows by text_delta, a tool_use's input by
         # input_json_delta (pieces of one JSON object, parsed at the end).
-        blocks: dict[int, dict[str, Any]] = {}
-        input_tokens = output_tokens = 0
-        stop_reason: str | None = None
-        with client.messages.create(**kwargs) as events:
-            for event in events:
-                if event.type == "message_start":
-                    # The prompt's count comes first; output_tokens here is only a start.
-                    input_tokens = event.message.usage.input_tokens
-                    output_tokens = event.message.usage.output_tokens
-                elif event.type == "content_block_start":
-                    block = event.content_block
-                    if block.type == "text":
-                        blocks[event.index] = {"type": "text", "text": [block.text]}
-                        if block.text:
-                            yield TextDelta(block.text)
-                    elif block.type == "tool_use":
-                        blocks[event.index] = {
-                            "type": "tool_use",
-                            "id": block.id,
-                            "name": block.name,
-                            "input": dict(block.input or {}),
-                            "json": [],
-                        }
-                elif event.type == "content_block_delta":
-                    block = blocks.get(event.index)
-                    if block is None:
-                        continue  # a kind of block Ethan does not use (thinking)
-                    if event.delta.type == "text_delta" and block["type"] == "text":
-                        block["text"].append(event.delta.text)
-                        if event.delta.text:
-                            yield TextDelta(event.delta.text)
-                    elif event.delta.type == "input_json_delta" and block["type"] == "tool_use":
-                        block["json"].append(event.delta.partial_json)
-                elif event.type == "message_delta":
-                    # Cumulative counts for the whole message.
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    output_tokens = event.usage.output_tokens
-                    if event.usage.input_tokens is not None:
-                        input_tokens = event.usage.input_tokens
-        latency = (time.perf_counter() - started) * 1000
-        if stop_reason is None:
-            raise ModelUnavailable(f"anthropic {request.model!r}: the stream ended unfinished")
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.input_tokens = self.output_tokens = 0
+        self.stop_reason: str | None = None
+
+    def read(self, event: Any) -> Iterator[TextDelta]:
+        if event.type == "message_start":
+            # The prompt's count comes first; output_tokens here is only a start.
+            self.input_tokens = event.message.usage.input_tokens
+            self.output_tokens = event.message.usage.output_tokens
+        elif event.type == "content_block_start":
+            block = event.content_block
+            if block.type == "text":
+                self.blocks[event.index] = {"type": "text", "text": [block.text]}
+                if block.text:
+                    yield TextDelta(block.text)
+            elif block.type == "tool_use":
+                self.blocks[event.index] = {
+                    "type": "tool_use",
+                    "id": block.id,
+                    "name": block.name,
+                    "input": dict(block.input or {}),
+                    "json": [],
+                }
+        elif event.type == "content_block_delta":
+            block = self.blocks.get(event.index)
+            if block is None:
+                return  # a kind of block Ethan does not use (thinking)
+            if event.delta.type == "text_delta" and block["type"] == "text":
+                block["text"].append(event.delta.text)
+                if event.delta.text:
+                    yield TextDelta(event.delta.text)
+            elif event.delta.type == "input_json_delta" and block["type"] == "tool_use":
+                block["json"].append(event.delta.partial_json)
+        elif event.type == "message_delta":
+            # Cumulative counts for the whole message.
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            self.output_tokens = event.usage.output_tokens
+            if event.usage.input_tokens is not None:
+                self.input_tokens = event.usage.input_tokens
+
+    def end(self) -> StreamEnd:
+        latency = (time.perf_counter() - self.started) * 1000
+        if self.stop_reason is None:
+            raise ModelUnavailable(f"anthropic {self.request.model!r}: the stream ended unfinished")
         texts, calls = [], []
-        for _index, block in sorted(blocks.items()):
+        for _index, block in sorted(self.blocks.items()):
             if block["type"] == "text":
                 texts.append("".join(block["text"]))
             else:
@@ -140,16 +154,48 @@ class AnthropicProvider:
                         arguments=parse_arguments(raw) if raw else block["input"],
                     )
                 )
-        completion = Completion(
-            text="".join(texts),
-            tool_calls=tuple(calls),
-            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
-            model=request.model,
-            provider=ANTHROPIC,
-            latency_ms=latency,
-            meta={"stop_reason": stop_reason},
+        return StreamEnd(
+            Completion(
+                text="".join(texts),
+                tool_calls=tuple(calls),
+                usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
+                model=self.request.model,
+                provider=ANTHROPIC,
+                latency_ms=latency,
+                meta={"stop_reason": self.stop_reason},
+            )
         )
-        yield StreamEnd(completion)
+
+
+def _client_args(request: Request) -> tuple[str, str | None, float]:
+    settings = config.current()
+    return (
+        config.api_key(ANTHROPIC, request.model, settings.env),
+        config.base_url(ANTHROPIC, settings.env),
+        request.timeout,
+    )
+
+
+class AnthropicProvider:
+    name = ANTHROPIC
+
+    def stream(self, request: Request) -> Iterator[StreamEvent]:
+        client = _client(*_client_args(request))
+        events = _Events(request)
+        with client.messages.create(**_request_kwargs(request)) as response:
+            for event in response:
+                yield from events.read(event)
+        yield events.end()
+
+    async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        client = _async_client(*_client_args(request), asyncio.get_running_loop())
+        events = _Events(request)
+        response = await client.messages.create(**_request_kwargs(request))
+        async with response:
+            async for event in response:
+                for delta in events.read(event):
+                    yield delta
+        yield events.end()
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         if isinstance(exc, anthropic.APIStatusError):

@@ -4,13 +4,13 @@ stream drained to its final Completion. One path for both, so they cannot drift.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 from llm import config
 from llm.errors import ModelUnavailable
 from llm.provider import Provider, Request
 from llm.registry import provider_entry
-from llm.retry import stream_with_retries
+from llm.retry import astream_with_retries, stream_with_retries
 from llm.routing import provider_for
 from llm.types import Completion, JsonSchema, Message, StreamEnd, StreamEvent, ToolSpec
 
@@ -43,6 +43,33 @@ def stream(
     failure after the first delta is raised at once (typed, never retried): the consumer may
     already have shown the text.
     """
+    provider, request, policy = _prepared(
+        model, system, messages, tools, max_tokens, timeout, json_schema
+    )
+    return stream_with_retries(lambda: provider.stream(request), **policy)
+
+
+def astream(
+    *,
+    model: str | None = None,
+    system: str = "",
+    messages: Sequence[Message],
+    tools: Sequence[ToolSpec] = (),
+    max_tokens: int = 1024,
+    timeout: float | None = None,
+    json_schema: JsonSchema | None = None,
+) -> AsyncIterator[StreamEvent]:
+    """stream through the providers' async clients (AsyncOpenAI, AsyncAnthropic, google-genai's
+    `aio`): the same events, retries and errors, and the event loop is free while the model
+    writes. ModelConfigError is raised here, before any request; the rest while iterating."""
+    provider, request, policy = _prepared(
+        model, system, messages, tools, max_tokens, timeout, json_schema
+    )
+    return astream_with_retries(lambda: provider.astream(request), **policy)
+
+
+def _prepared(model, system, messages, tools, max_tokens, timeout, json_schema):
+    """The provider, the request and the retry policy of a call (stream and astream alike)."""
     settings = config.current()
     model = model or config.default_model(settings)
     provider = get_provider(provider_for(model))
@@ -56,14 +83,14 @@ def stream(
         timeout=timeout if timeout is not None else settings.timeout,
         json_schema=json_schema,
     )
-    return stream_with_retries(
-        lambda: provider.stream(request),
-        translate=lambda exc: provider.translate(exc, model),
-        retries=settings.retries,
-        base=settings.backoff_base,
-        cap=settings.backoff_cap,
-        label=f"{provider.name} {model}",
-    )
+    policy = {
+        "translate": lambda exc: provider.translate(exc, model),
+        "retries": settings.retries,
+        "base": settings.backoff_base,
+        "cap": settings.backoff_cap,
+        "label": f"{provider.name} {model}",
+    }
+    return provider, request, policy
 
 
 def complete(

@@ -11,7 +11,7 @@ import base64
 import functools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx2
@@ -81,86 +81,124 @@ def to_wire_contents(messages: tuple[Message, ...]) -> list[types.Content]:
     return contents
 
 
+def _generate_config(request: Request) -> types.GenerateContentConfig:
+    """The generate_content_stream config of a request (the same for both clients)."""
+    generate_config = types.GenerateContentConfig(
+        system_instruction=request.system or None,
+        max_output_tokens=request.max_tokens,
+        # The tool loop is ours: the SDK must not run Python functions by itself.
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+        # Retries are ours too: the SDK would otherwise send the request again by itself
+        # when a stream ends early, which after the first delta would repeat the answer.
+        automatic_continuation=False,
+    )
+    if request.tools:
+        generate_config.tools = [
+            types.Tool(
+                function_declarations=[
+                    types.FunctionDeclaration(
+                        name=t.name,
+                        description=t.description,
+                        parameters_json_schema=t.parameters,
+                    )
+                    for t in request.tools
+                ]
+            )
+        ]
+    if request.json_schema is not None:
+        # Structured output: JSON held to the schema (JSON Schema itself, not the OpenAPI
+        # subset of response_schema).
+        generate_config.response_mime_type = "application/json"
+        generate_config.response_json_schema = request.json_schema.schema
+    return generate_config
+
+
+class _Chunks:
+    """What a stream's chunks add up to, read one by one (from the sync or the async client):
+    the text as it comes, then the whole Completion. Each chunk is a GenerateContentResponse
+    with the next parts; function calls come whole, in one part each, with their signatures;
+    usage is a running total."""
+
+    def __init__(self, request: Request):
+        self.request = request
+        self.started = time.perf_counter()
+        self.texts: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.usage: types.GenerateContentResponseUsageMetadata | None = None
+        self.finish: Any = None
+        self.blocked = False
+
+    def read(self, chunk: types.GenerateContentResponse) -> Iterator[TextDelta]:
+        if chunk.usage_metadata is not None:
+            self.usage = chunk.usage_metadata
+        self.blocked = self.blocked or chunk.prompt_feedback is not None
+        candidate = chunk.candidates[0] if chunk.candidates else None
+        if candidate is None:
+            return
+        self.finish = candidate.finish_reason or self.finish
+        for part in (candidate.content.parts or []) if candidate.content else []:
+            if part.function_call is not None:
+                self.calls.append(_tool_call(part))
+            elif part.text and not part.thought:
+                self.texts.append(part.text)
+                yield TextDelta(part.text)
+
+    def end(self) -> StreamEnd:
+        latency = (time.perf_counter() - self.started) * 1000
+        if self.finish is None and not self.blocked:
+            raise ModelUnavailable(f"gemini {self.request.model!r}: the stream ended unfinished")
+        usage = self.usage
+        return StreamEnd(
+            Completion(
+                text="".join(self.texts),
+                tool_calls=tuple(self.calls),
+                usage=Usage(
+                    input_tokens=(usage.prompt_token_count or 0) if usage else 0,
+                    output_tokens=(usage.candidates_token_count or 0) if usage else 0,
+                ),
+                model=self.request.model,
+                provider=GEMINI,
+                latency_ms=latency,
+                meta={"finish_reason": str(self.finish) if self.finish else None},
+            )
+        )
+
+
+def _client_for(request: Request) -> genai.Client:
+    settings = config.current()
+    return _client(
+        config.api_key(GEMINI, request.model, settings.env),
+        config.base_url(GEMINI, settings.env),
+        request.timeout,
+    )
+
+
 class GeminiProvider:
     name = GEMINI
 
     def stream(self, request: Request) -> Iterator[StreamEvent]:
-        settings = config.current()
-        client = _client(
-            config.api_key(GEMINI, request.model, settings.env),
-            config.base_url(GEMINI, settings.env),
-            request.timeout,
-        )
-        generate_config = types.GenerateContentConfig(
-            system_instruction=request.system or None,
-            max_output_tokens=request.max_tokens,
-            # The tool loop is ours: the SDK must not run Python functions by itself.
-            automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
-            # Retries are ours too: the SDK would otherwise send the request again by itself
-            # when a stream ends early, which after the first delta would repeat the answer.
-            automatic_continuation=False,
-        )
-        if request.tools:
-            generate_config.tools = [
-                types.Tool(
-                    function_declarations=[
-                        types.FunctionDeclaration(
-                            name=t.name,
-                            description=t.description,
-                            parameters_json_schema=t.parameters,
-                        )
-                        for t in request.tools
-                    ]
-                )
-            ]
-        if request.json_schema is not None:
-            # Structured output: JSON held to the schema (JSON Schema itself, not the OpenAPI
-            # subset of response_schema).
-            generate_config.response_mime_type = "application/json"
-            generate_config.response_json_schema = request.json_schema.schema
-        started = time.perf_counter()
-        texts: list[str] = []
-        calls: list[ToolCall] = []
-        usage: types.GenerateContentResponseUsageMetadata | None = None
-        finish: Any = None
-        blocked = False
-        # Each chunk is a GenerateContentResponse with the next parts; function calls come
-        # whole, in one part each, with their signatures; usage is a running total.
-        chunks = client.models.generate_content_stream(
+        chunks = _Chunks(request)
+        response = _client_for(request).models.generate_content_stream(
             model=request.model,
             contents=to_wire_contents(request.messages),
-            config=generate_config,
+            config=_generate_config(request),
         )
-        for chunk in chunks:
-            if chunk.usage_metadata is not None:
-                usage = chunk.usage_metadata
-            blocked = blocked or chunk.prompt_feedback is not None
-            candidate = chunk.candidates[0] if chunk.candidates else None
-            if candidate is None:
-                continue
-            finish = candidate.finish_reason or finish
-            for part in (candidate.content.parts or []) if candidate.content else []:
-                if part.function_call is not None:
-                    calls.append(_tool_call(part))
-                elif part.text and not part.thought:
-                    texts.append(part.text)
-                    yield TextDelta(part.text)
-        latency = (time.perf_counter() - started) * 1000
-        if finish is None and not blocked:
-            raise ModelUnavailable(f"gemini {request.model!r}: the stream ended unfinished")
-        completion = Completion(
-            text="".join(texts),
-            tool_calls=tuple(calls),
-            usage=Usage(
-                input_tokens=(usage.prompt_token_count or 0) if usage else 0,
-                output_tokens=(usage.candidates_token_count or 0) if usage else 0,
-            ),
+        for chunk in response:
+            yield from chunks.read(chunk)
+        yield chunks.end()
+
+    async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        # google-genai's `aio` side of the same client (its own async HTTP connections).
+        chunks = _Chunks(request)
+        response = await _client_for(request).aio.models.generate_content_stream(
             model=request.model,
-            provider=GEMINI,
-            latency_ms=latency,
-            meta={"finish_reason": str(finish) if finish else None},
+            contents=to_wire_contents(request.messages),
+            config=_generate_config(request),
         )
-        yield StreamEnd(completion)
+        async for chunk in response:
+            for delta in chunks.read(chunk):
+                yield delta
+        yield chunks.end()
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:
         if isinstance(exc, genai_errors.APIError):

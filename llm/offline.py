@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -436,6 +436,12 @@ class OfflineProvider:
         for piece in pieces(completion.text):
             yield TextDelta(piece)
         yield StreamEnd(completion)
+
+    async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """stream, for the async callers: the answer is computed at once (no I/O to wait
+        for), its pieces passed on as they are."""
+        for event in self.stream(request):
+            yield event
 
     def answer(self, request: Request) -> Completion:
         """The whole answer at once (the offline model has nothing to wait for)."""

@@ -5,7 +5,7 @@ once for all)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -31,6 +31,11 @@ class Provider(Protocol):
     def stream(self, request: Request) -> Iterator[StreamEvent]:
         """One attempt: TextDelta events as the text arrives, then one StreamEnd with the whole
         Completion. SDK exceptions (before or during the stream) propagate untranslated."""
+        ...
+
+    def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """stream, through the SDK's async client: the event loop is free while the model
+        writes (an async generator)."""
         ...
 
     def translate(self, exc: Exception, model: str) -> tuple[ModelError, float | None]:

@@ -8,9 +8,10 @@ is raised, typed, to the consumer instead.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import NoReturn
 
 from llm.errors import ModelError, ModelUnavailable
@@ -26,6 +27,55 @@ def backoff_delay(attempt: int, *, base: float, cap: float, retry_after: float |
     return max(0.0, min(cap, wanted))
 
 
+class Retrying:
+    """The retry rule of one stream, for the sync and the async loop alike: after a failed
+    attempt, how long to wait before the next one, or the typed error to raise."""
+
+    def __init__(
+        self,
+        *,
+        translate: Callable[[Exception], tuple[ModelError, float | None]],
+        retries: int,
+        base: float,
+        cap: float,
+        label: str,
+    ):
+        self.translate = translate
+        self.retries = retries
+        self.base = base
+        self.cap = cap
+        self.label = label
+        self.tries = 0
+
+    def delay_after(self, exc: Exception, *, delivered: bool) -> float:
+        """The wait before the next attempt after `exc` (`delivered`: a TextDelta had been
+        passed on); raises the typed error instead when it is not retried."""
+        if isinstance(exc, ModelUnavailable):
+            # An adapter's own verdict (an answer with no choices, a stream cut short).
+            error, retry_after, cause = exc, None, exc
+        elif isinstance(exc, ModelError):
+            raise exc
+        else:
+            error, retry_after = self.translate(exc)  # re-raises what it does not know (bugs)
+            cause = exc
+        if delivered:
+            if isinstance(error, ModelUnavailable):
+                error = ModelUnavailable(
+                    f"{error} (the stream broke after it started; not retried)"
+                )
+            _raise(error, cause)
+        if not isinstance(error, ModelUnavailable) or self.tries >= self.retries:
+            if isinstance(error, ModelUnavailable):
+                error = ModelUnavailable(f"{error} (gave up after {self.tries + 1} attempts)")
+            _raise(error, cause)
+        delay = backoff_delay(self.tries, base=self.base, cap=self.cap, retry_after=retry_after)
+        log.warning(
+            "%s: %s; retry %d/%d in %.2fs", self.label, error, self.tries + 1, self.retries, delay
+        )
+        self.tries += 1
+        return delay
+
+
 def stream_with_retries(
     attempt: Callable[[], Iterator[StreamEvent]],
     *,
@@ -38,7 +88,7 @@ def stream_with_retries(
 ) -> Iterator[StreamEvent]:
     """Pass on the events of `attempt()`. Retry ModelUnavailable failures that happen before the
     first TextDelta, at most `retries` more times; raise every other failure typed."""
-    tries = 0
+    retrying = Retrying(translate=translate, retries=retries, base=base, cap=cap, label=label)
     while True:
         delivered = False
         events = attempt()
@@ -47,32 +97,43 @@ def stream_with_retries(
                 delivered = delivered or isinstance(event, TextDelta)
                 yield event
             return
-        except ModelUnavailable as exc:
-            # An adapter's own verdict (an answer with no choices, a stream cut short).
-            error, retry_after, cause = exc, None, exc
-        except ModelError:
-            raise
         except Exception as exc:
-            error, retry_after = translate(exc)  # re-raises what it does not know (bugs)
-            cause = exc
+            delay = retrying.delay_after(exc, delivered=delivered)
         finally:
             close = getattr(events, "close", None)
             if close is not None:
                 close()  # release the connection now, not when the generator is collected
-        if delivered:
-            if isinstance(error, ModelUnavailable):
-                error = ModelUnavailable(
-                    f"{error} (the stream broke after it started; not retried)"
-                )
-            _raise(error, cause)
-        if not isinstance(error, ModelUnavailable) or tries >= retries:
-            if isinstance(error, ModelUnavailable):
-                error = ModelUnavailable(f"{error} (gave up after {tries + 1} attempts)")
-            _raise(error, cause)
-        delay = backoff_delay(tries, base=base, cap=cap, retry_after=retry_after)
-        log.warning("%s: %s; retry %d/%d in %.2fs", label, error, tries + 1, retries, delay)
         sleep(delay)
-        tries += 1
+
+
+async def astream_with_retries(
+    attempt: Callable[[], AsyncIterator[StreamEvent]],
+    *,
+    translate: Callable[[Exception], tuple[ModelError, float | None]],
+    retries: int,
+    base: float,
+    cap: float,
+    label: str,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> AsyncIterator[StreamEvent]:
+    """stream_with_retries for an async attempt (the SDKs' async clients): the same rule, and
+    the waits do not block the event loop."""
+    retrying = Retrying(translate=translate, retries=retries, base=base, cap=cap, label=label)
+    while True:
+        delivered = False
+        events = attempt()
+        try:
+            async for event in events:
+                delivered = delivered or isinstance(event, TextDelta)
+                yield event
+            return
+        except Exception as exc:
+            delay = retrying.delay_after(exc, delivered=delivered)
+        finally:
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                await close()
+        await sleep(delay)
 
 
 def _raise(error: ModelError, cause: Exception) -> NoReturn:
