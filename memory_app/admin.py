@@ -206,12 +206,11 @@ class FactAdmin(admin.ModelAdmin):
 
     @admin.action(description="Evict (keep for audit, never inject)")
     def evict(self, request, queryset):
+        # Forgetting, as the person does it through their own doors (services.fact_forget).
         self._each(
             request,
             queryset.exclude(status=Fact.Status.EVICTED),
-            lambda fact: services.fact_set_status(
-                fact=fact, status=Fact.Status.EVICTED, actor=_actor(request)
-            ),
+            lambda fact: services.fact_forget(fact=fact, actor=_actor(request)),
             "Evicted",
         )
 

@@ -160,9 +160,7 @@ class FactApi(APIView):
     @extend_schema(responses={204: None})
     def delete(self, request, fact_id: int):
         """Forget a fact: it is evicted (never injected again) and kept with its history."""
-        fact = fact_or_404(request, fact_id)
-        if fact.status != Fact.Status.EVICTED:
-            services.fact_set_status(fact=fact, status=Fact.Status.EVICTED, actor=_actor(request))
+        services.fact_forget(fact=fact_or_404(request, fact_id), actor=_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

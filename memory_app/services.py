@@ -327,6 +327,33 @@ def fact_set_status(*, fact: Fact, status: str, actor: str) -> Fact:
 
 
 @transaction.atomic
+def fact_forget(*, fact: Fact, actor: str) -> str:
+    """The person (or their curator) forgets a fact, the same through every door: the REST
+    API, the memory page, MCP and the admin. It is evicted (never injected again) and kept,
+    with an "evict" event naming the door in `actor`, so it can be audited and undone.
+
+    Forgetting a forgotten fact changes nothing and records nothing. The fact is claimed with a
+    conditional update, so a double click, a retried request or two doors at once leave one
+    event, and one undo (fact_undo) brings the fact back. Whose fact it is is the door's
+    lookup (facts_for_owner; the admin sees every owner's). Returns the status the fact had
+    before: EVICTED when this call forgot nothing."""
+    was = fact.status
+    now = timezone.now()
+    claimed = (
+        Fact.objects.filter(pk=fact.pk)
+        .exclude(status=Fact.Status.EVICTED)
+        .update(status=Fact.Status.EVICTED, updated_at=now)
+    )
+    fact.status = Fact.Status.EVICTED
+    if not claimed:
+        return Fact.Status.EVICTED
+    fact.updated_at = now
+    kind = FactEvent.Kind.EVICT
+    _event(fact, kind, actor=actor, old_content=fact.content, old_confidence=fact.confidence)
+    return was
+
+
+@transaction.atomic
 def fact_edit(
     *,
     fact: Fact,

@@ -385,12 +385,8 @@ class EthanMCP:
             fact = memory_selectors.facts_for_owner(owner=caller.owner).filter(pk=id).first()
             if fact is None:
                 raise ToolError(f"there is no fact {id} among this user's facts")
-            was = fact.status
-            if was != Fact.Status.EVICTED:
-                memory_services.fact_set_status(
-                    fact=fact, status=Fact.Status.EVICTED, actor=caller.actor
-                )
-            return FactForgotten(id=fact.pk, status=Fact.Status.EVICTED, was=was)
+            was = memory_services.fact_forget(fact=fact, actor=caller.actor)
+            return FactForgotten(id=fact.pk, status=fact.status, was=was)
 
     def episodes_search(
         self,

@@ -307,10 +307,7 @@ def fact_edit(request: HttpRequest, fact_id: int) -> HttpResponse:
 @login_required
 def fact_forget(request: HttpRequest, fact_id: int) -> HttpResponse:
     fact = _fact_or_404(request, fact_id)
-    if fact.status != Fact.Status.EVICTED:
-        memory_services.fact_set_status(
-            fact=fact, status=Fact.Status.EVICTED, actor=_actor(request)
-        )
+    memory_services.fact_forget(fact=fact, actor=_actor(request))
     messages.success(
         request,
         f"已忘记 / Forgotten: “{_short(fact.content)}” "
