@@ -30,6 +30,7 @@ from memory_app.models import Fact
 from profile_app import services as profile_services
 from profile_app.sections import SECTIONS
 from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import session_questions
 
 MEMORY_WRITE = ToolSpec(
     name="memory_write",
@@ -169,11 +170,7 @@ def _round_question(session: ChatSession, message: Message | None) -> list[Messa
     agent was said in (its provenance)."""
     if message is None or not session.is_persisted:
         return []
-    question = (
-        Message.objects.filter(session=session, role=Message.Role.USER, seq__lt=message.seq)
-        .order_by("-seq")
-        .first()
-    )
+    question = session_questions(session=session).filter(seq__lt=message.seq).first()
     return [question] if question is not None else []
 
 
@@ -212,12 +209,7 @@ def _memory_search(owner, session, message, arguments) -> str:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
         raise ToolArgumentError("limit must be a whole number from 1 to 20")
     # The current round is in the model's context already: search the rest of memory.
-    current = (
-        Message.objects.filter(session=session, role=Message.Role.USER)
-        .order_by("-seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
+    current = session_questions(session=session).values_list("seq", flat=True).first()
     hits = memory_search(
         owner=owner,
         query=_text(arguments, "query"),

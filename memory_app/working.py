@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import session_questions
 
 if TYPE_CHECKING:
     from memory_app.models import WorkingState
@@ -122,11 +123,7 @@ def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessa
     count = session.round_count - first + 1
     if count < 1:
         return []
-    start = (
-        Message.objects.filter(session=session, role=Message.Role.USER)
-        .order_by("-seq")
-        .values("seq")[count - 1 : count]
-    )
+    start = session_questions(session=session).values("seq")[count - 1 : count]
     rows = Message.objects.filter(session=session, seq__gte=Subquery(start)).order_by("seq")
     return conversation(rows.values_list("role", "content", "tool_calls"))
 

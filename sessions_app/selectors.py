@@ -76,6 +76,15 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session).order_by("seq")
 
 
+def session_questions(*, session: ChatSession) -> QuerySet[Message]:
+    """The person's messages in a session, the latest first: `.first()` is the session's
+    latest question (the one a turn answers, each opening a round), `[1:2]` the one before it,
+    `[n - 1:n]` the one opening the n-th round from the end. A queryset, so each reader takes
+    only the column it needs (`values_list("seq")`, `"content"`, `"pk"`) in one statement,
+    walking the (session, seq) unique index back from the newest message."""
+    return Message.objects.filter(session=session, role=Message.Role.USER).order_by("-seq")
+
+
 # The sample BM25's mean length is taken over: the messages (at most the second number) of the
 # owner's most recently active sessions (the first): read through the (owner, updated_at) and
 # (session, seq) indexes, a few milliseconds whatever the size of the history.
