@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Generator, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,13 +43,20 @@ from memory_app.tasks import consolidation_run_task
 from memory_app.working import consolidation_due, context_assemble, context_parts
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import session_questions
 
 log = logging.getLogger(__name__)
 
 
 class TurnInputError(ValueError):
     """The request itself is wrong (empty or too long message, unknown mode, path or model,
-    a model whose provider has no key). Nothing has been written."""
+    a model whose provider has no key). Nothing has been written. `field` names the input
+    at fault (message, mode, path, model, history, instructions, session), so a door can say
+    which of its own fields it was."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 # --- the plan --------------------------------------------------------------------------------
@@ -125,36 +132,37 @@ def turn_plan(
     instructions: str = "",
     fence: Callable[[ChatSession, Message | None], bool] | None = None,
 ) -> TurnPlan:
-    """Validate a turn before anything is written; raises TurnInputError."""
+    """Validate a turn before anything is written; raises TurnInputError. The one validator of
+    a turn's input: every door checks only its own types and wire format, then asks this."""
     text = (text or "").strip()
     if not text:
-        raise TurnInputError("the message is empty")
-    try:
-        # Every text the turn may store or send, whatever door it came through (one rule).
-        storable_text("the message", text)
-        for _, content in history:
-            storable_text("a message of the conversation's history", content)
-        storable_text("the system text", instructions)
-    except UnstorableText as exc:
-        raise TurnInputError(str(exc)) from None
+        raise TurnInputError("the message is empty", field="message")
+    # Every text the turn may store or send, whatever door it came through (one rule).
+    _storable("message", "the message", text)
+    for _, content in history:
+        _storable("history", "a message of the conversation's history", content)
+    _storable("instructions", "the system text", instructions)
     if len(text) > settings.ETHAN_MESSAGE_MAX_CHARS:
         raise TurnInputError(
             f"the message is {len(text)} characters long; the limit is "
-            f"{settings.ETHAN_MESSAGE_MAX_CHARS}"
+            f"{settings.ETHAN_MESSAGE_MAX_CHARS}",
+            field="message",
         )
-    try:
+    with _input("mode"):
         mode = mode_parse(mode) if mode else (session.mode if session else mode_parse(None))
+    with _input("path"):
         path = choose_path(text=text, mode=mode, explicit=path)
+    with _input("model"):
         model = model_choose(owner=owner, session=session, explicit=model)
         # Unknown, or no key for its provider: the request's fault, refused before any write.
         llm.check_model(model)
-    except (ValueError, llm.ModelConfigError) as exc:
-        raise TurnInputError(str(exc)) from None
     if again and (session is None or not session.is_persisted):
-        raise TurnInputError("only a stored conversation can be answered again")
+        raise TurnInputError("only a stored conversation can be answered again", field="session")
     if history and session is not None and session.is_persisted:
         # Stored messages are never rewritten: a history goes into a session of its own.
-        raise TurnInputError("a conversation's earlier messages can only start a new session")
+        raise TurnInputError(
+            "a conversation's earlier messages can only start a new session", field="history"
+        )
     return TurnPlan(
         owner=owner,
         session=session,
@@ -168,6 +176,22 @@ def turn_plan(
         instructions=instructions.strip(),
         fence=fence,
     )
+
+
+def _storable(field: str, what: str, text: str) -> None:
+    try:
+        storable_text(what, text)
+    except UnstorableText as exc:
+        raise TurnInputError(str(exc), field=field) from None
+
+
+@contextmanager
+def _input(field: str) -> Iterator[None]:
+    """A ValueError or ModelConfigError in the block is the input `field`'s fault."""
+    try:
+        yield
+    except (ValueError, llm.ModelConfigError) as exc:
+        raise TurnInputError(str(exc), field=field) from None
 
 
 # --- the events ------------------------------------------------------------------------------
@@ -423,11 +447,7 @@ def _previous_question(session: ChatSession, rounds: list[llm.Message]) -> str:
         return questions[-2]
     if not session.is_persisted or session.round_count < 2:
         return ""
-    earlier = (
-        Message.objects.filter(session=session, role=Message.Role.USER)
-        .order_by("-seq")
-        .values_list("content", flat=True)[1:2]
-    )
+    earlier = session_questions(session=session).values_list("content", flat=True)[1:2]
     return next(iter(earlier), "")
 
 

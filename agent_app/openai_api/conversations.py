@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from agent_app.models import ClientConversation
 from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import session_questions
 
 log = logging.getLogger(__name__)
 
@@ -194,12 +195,7 @@ def _asked(chat: ClientChat) -> str:
 
 
 def _latest_question(session: ChatSession) -> str:
-    latest = (
-        Message.objects.filter(session=session, role=USER)
-        .order_by("-seq")
-        .values_list("content", flat=True)
-        .first()
-    )
+    latest = session_questions(session=session).values_list("content", flat=True).first()
     return (latest or "").strip()
 
 
