@@ -309,6 +309,9 @@ LARK_BASE_URL = _config.get("LARK_BASE_URL", "https://open.larksuite.com", str)
 LARK_BOT_OPEN_ID = _config.get("LARK_BOT_OPEN_ID", "", str)
 # Signed requests older or newer than this are refused (replays).
 ETHAN_LARK_MAX_SKEW_SECONDS = _config.positive("ETHAN_LARK_MAX_SKEW_SECONDS", 300)
+# A reply still being written this long after its first words is shown in a card, updated at
+# most once per this many seconds (Lark allows 5 updates a second per message: at least 0.25).
+ETHAN_LARK_CARD_SECONDS = max(0.25, _config.get("ETHAN_LARK_CARD_SECONDS", 0.6, float))
 
 # --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
 

@@ -1,4 +1,5 @@
-"""The two Lark REST calls Ethan makes (plus the bot's own id), with a cached tenant token.
+"""The Lark REST calls Ethan makes (a reply, as text or as a card, a card's update, and the
+bot's own id), with a cached tenant token.
 
 Hand-written on the standard library: the official SDK costs seconds and 170 MB to import and
 adds nothing we need (see ../shared/PROTOCOLS.md).
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 INVALID_TOKEN_CODES = frozenset({99991661, 99991663, 99991664, 99991668})
 # Refresh this long before Lark's stated expiry.
 TOKEN_MARGIN_SECONDS = 300
+# Lark refuses a card (its request body) over 30 KB (code 230025): a longer reply goes as text.
+CARD_MAX_BYTES = 30_000
 
 
 class LarkError(Exception):
@@ -101,9 +104,13 @@ class LarkClient:
             self._tokens[self._cache_key] = _Token(answer["tenant_access_token"], expires)
             return answer["tenant_access_token"]
 
-    def call(self, method: str, path: str, body: dict | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, path: str, body: dict | None = None, *, retries: int | None = None
+    ) -> dict[str, Any]:
         """An authorised call; an invalid token is refreshed once; other failures (code != 0,
-        no answer) are retried with exponential backoff, then raised as LarkError."""
+        no answer) are retried with exponential backoff (`retries` times, default the
+        client's), then raised as LarkError."""
+        retries = self.retries if retries is None else retries
         refreshed = False
         attempt = 0
         while True:
@@ -115,7 +122,7 @@ class LarkClient:
                 refreshed = True
                 self.tenant_token(refresh=True)
                 continue
-            if attempt >= self.retries:
+            if attempt >= retries:
                 raise LarkError(f"{method} {path}: code {code} {answer.get('msg', '')}".strip())
             log.warning("lark %s %s: code %s, retrying", method, path, code)
             self.sleep(self.backoff * 2**attempt)
@@ -142,3 +149,40 @@ class LarkClient:
                 "uuid": idempotency_key[:50],
             },
         )
+
+    def reply_card(
+        self, *, message_id: str, text: str, idempotency_key: str, retries: int = 0
+    ) -> str:
+        """Answer with a card showing `text`; returns the card's own message id (for its
+        updates). Not retried by default: a card that cannot be sent is answered as text."""
+        answer = self.call(
+            "POST",
+            f"/open-apis/im/v1/messages/{message_id}/reply",
+            {"msg_type": "interactive", "content": card_json(text), "uuid": idempotency_key[:50]},
+            retries=retries,
+        )
+        return answer["data"]["message_id"]
+
+    def card_update(self, *, card_id: str, text: str, retries: int = 0) -> None:
+        """Show `text` in a card sent before (Lark allows 5 updates a second per message)."""
+        self.call(
+            "PATCH",
+            f"/open-apis/im/v1/messages/{card_id}",
+            {"content": card_json(text)},
+            retries=retries,
+        )
+
+
+def card_json(text: str) -> str:
+    """A card (Lark's message card JSON) whose one element is `text` as Markdown. Updatable
+    only when it says so (update_multi), in the card sent and in each update."""
+    card = {
+        "config": {"update_multi": True, "wide_screen_mode": True},
+        "elements": [{"tag": "markdown", "content": text}],
+    }
+    return json.dumps(card, ensure_ascii=False)
+
+
+def card_fits(text: str) -> bool:
+    """Whether a card showing `text` is within Lark's size limit for a card."""
+    return len(json.dumps({"content": card_json(text)}).encode()) <= CARD_MAX_BYTES

@@ -17,6 +17,10 @@ each tool step and the reply are stored, and the reply sent, only while the even
 the worker's token, checked in the same transaction as the write (and renewing claimed_at).
 A worker whose event was taken back while it was still answering (slow, not dead) stops at
 its next write with nothing written or sent, so the person gets one answer.
+
+The reply is shown as it is written when it takes a while: a card updated in place, throttled,
+falling back to one text message (agent_app.lark.streaming). Its sends and updates are fenced
+the same way: a worker that lost its claim never touches the card again.
 """
 
 from __future__ import annotations
@@ -33,10 +37,20 @@ from django.utils import timezone
 
 from agent_app.lark.client import LarkClient, LarkError
 from agent_app.lark.messages import mentions_bot, message_text
+from agent_app.lark.streaming import CardLost, CardReply
 from agent_app.lark.tasks import DISPATCH_WAKE, lark_event_handle_task, lark_events_dispatch_task
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from agent_app.turn import Done, Failed, TurnInputError, TurnSuperseded, turn_plan, turn_start
+from agent_app.turn import (
+    Delta,
+    Done,
+    Failed,
+    ToolCalled,
+    TurnInputError,
+    TurnSuperseded,
+    turn_plan,
+    turn_start,
+)
 from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
 from sessions_app.models import ChatSession, Message
 from sessions_app.services import SessionBusy, session_turn_release
@@ -244,6 +258,13 @@ def _handle(event: LarkEvent, token: str) -> str:
                 event, token, LarkEvent.Status.IGNORED, "a group message not for the bot"
             )
         text = message_text(message, bot_id)
+        card = CardReply(
+            client=client,
+            message_id=message["message_id"],
+            idempotency_key=event.event_id,
+            fence=lambda: _holds(event, token),
+            interval=settings.ETHAN_LARK_CARD_SECONDS,
+        )
         if text is None or not text:
             reply = ONLY_TEXT
         else:
@@ -253,18 +274,21 @@ def _handle(event: LarkEvent, token: str) -> str:
                 user=identity_user(open_id),
                 chat_id=message.get("chat_id", open_id),
                 text=text,
+                card=card,
             )
         if reply is None:
             return _finish(
                 event, token, LarkEvent.Status.DONE, "a newer message was answered instead"
             )
+        if card.finish(reply):  # the card shows the whole reply: nothing more to send
+            return _finish(event, token, LarkEvent.Status.DONE)
         # Sent only by the holder, and its claim renewed first: the sweep can take the event
         # back during the send only if the send outlasts ETHAN_LARK_RECLAIM_SECONDS, and then
         # Lark's idempotency uuid (the event id) still shows one reply.
         if not _holds(event, token):
             return TAKEN_OVER
         client.reply(message_id=message["message_id"], text=reply, idempotency_key=event.event_id)
-    except TurnSuperseded:
+    except (TurnSuperseded, CardLost):
         return TAKEN_OVER
     except LarkError as exc:
         log.error("lark event %s: the reply failed: %s", event.event_id, exc)
@@ -272,11 +296,14 @@ def _handle(event: LarkEvent, token: str) -> str:
     return _finish(event, token, LarkEvent.Status.DONE)
 
 
-def _answer(*, event: LarkEvent, token: str, user, chat_id: str, text: str) -> str | None:
-    """The reply to the event's text. For a retaken event whose question is stored: the reply
-    stored after it, or the question answered again; None when the person has written since
-    (their newer message is what gets answered). TurnSuperseded when the event is taken back
-    before the reply is stored."""
+def _answer(
+    *, event: LarkEvent, token: str, user, chat_id: str, text: str, card: CardReply
+) -> str | None:
+    """The reply to the event's text, written into `card` as the turn writes it. For a
+    retaken event whose question is stored: the reply stored after it, or the question
+    answered again; None when the person has written since (their newer message is what gets
+    answered). TurnSuperseded when the event is taken back before the reply is stored,
+    CardLost when it is taken back before a card update."""
     again = False
     if event.question_id is not None:
         question = Message.objects.select_related("session").get(pk=event.question_id)
@@ -322,14 +349,22 @@ def _answer(*, event: LarkEvent, token: str, user, chat_id: str, text: str) -> s
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
         session=turn.session, updated_at=timezone.now()
     )
-    for turn_event in turn:
-        if isinstance(turn_event, Failed):
-            # The message is stored; the person is told to send it again (no automatic
-            # re-run, which would answer a message they may have given up on).
-            log.error("lark turn failed: %s", turn_event.detail)
-            return MODEL_DOWN
-        if isinstance(turn_event, Done):
-            return turn_event.reply or "…"
+    try:
+        for turn_event in turn:
+            if isinstance(turn_event, Delta):
+                card.write(turn_event.text)
+            elif isinstance(turn_event, ToolCalled):
+                card.restart()  # what it wrote before calling a tool is not the reply
+            elif isinstance(turn_event, Failed):
+                # The message is stored; the person is told to send it again (no automatic
+                # re-run, which would answer a message they may have given up on).
+                log.error("lark turn failed: %s", turn_event.detail)
+                return MODEL_DOWN
+            elif isinstance(turn_event, Done):
+                return turn_event.reply or "…"
+    except CardLost:
+        turn.close()  # stop the model; the session's claim is given back
+        raise
     raise RuntimeError("a turn ended without done or error")
 
 

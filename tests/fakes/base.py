@@ -100,6 +100,9 @@ class FakeServer:
             def do_GET(self) -> None:
                 fake._handle(self)
 
+            def do_PATCH(self) -> None:
+                fake._handle(self)
+
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
