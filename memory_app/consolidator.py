@@ -118,7 +118,7 @@ class SaidRounds:
             current += row.role == Message.Role.USER  # a user message opens the next round
             if row.content.strip():
                 rows.append(row)
-                rounds.append(current)
+                rounds.append(max(current, first))  # an opening before round 1 is round 1's
         return cls(rows=rows, rounds=rounds)
 
     def messages(self) -> list[LLMMessage]:

@@ -124,7 +124,9 @@ def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessa
     if count < 1:
         return []
     start = session_questions(session=session).values("seq")[count - 1 : count]
-    rows = Message.objects.filter(session=session, seq__gte=Subquery(start)).order_by("seq")
+    rows = Message.objects.filter(session=session).order_by("seq")
+    if first > 1:  # round 1 holds what was said before the first user message too
+        rows = rows.filter(seq__gte=Subquery(start))
     return conversation(rows.values_list("role", "content", "tool_calls"))
 
 

@@ -1,8 +1,10 @@
 """Rounds of a session as the model sees them: user messages and the assistant's replies.
 
 A round starts at a user message (round n is the session's n-th user message) and runs up to the
-next one. The tool traffic inside a round (assistant tool-call steps, tool results) stays in the
-database: its effect is in the reply and in memory. A round answered more than once (a chat
+next one; what comes before the first user message (the assistant opened: a chat app's greeting,
+an imported conversation) is round 1's too, so memory reads it with the answer to it. The tool
+traffic inside a round (assistant tool-call steps, tool results) stays in the database: its
+effect is in the reply and in memory. A round answered more than once (a chat
 app's "regenerate") keeps every reply stored; the model sees the last one, the one the person
 kept.
 """
@@ -54,7 +56,9 @@ def _rounds_query(*, session: ChatSession, first: int, last: int):
     starts = round_start_seqs(session=session, first=first, count=last - first + 2)
     if not starts:
         return None
-    rows = Message.objects.filter(session=session, seq__gte=starts[0]).order_by("seq")
+    rows = Message.objects.filter(session=session).order_by("seq")
+    if first > 1:
+        rows = rows.filter(seq__gte=starts[0])
     if len(starts) > last - first + 1:  # the round after `last` exists: stop before it
         rows = rows.filter(seq__lt=starts[-1])
     return rows

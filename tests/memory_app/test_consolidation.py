@@ -143,6 +143,10 @@ def test_context_shape_and_compression_calls_over_31_rounds(
 
 def _rounds(owner, texts, mode="work", model="offline"):
     session = session_services.session_start(owner=owner, mode=mode, model=model)
+    return _rounds_into(session, texts)
+
+
+def _rounds_into(session, texts):
     for text in texts:
         session_services.message_append(session=session, role="user", content=text)
         session_services.message_append(session=session, role="assistant", content="嗯。")
@@ -462,6 +466,40 @@ def test_an_extracted_fact_is_found_by_the_words_of_the_turn_it_came_from(owner,
     assert fact.message == _said(session)[0]
     system = build_system(owner=owner, mode="work", path="full", text="Which river is it over?")
     assert fact in system.facts
+
+
+def test_what_the_assistant_opened_with_is_read_with_round_one(owner, fakes):
+    """A session the assistant opened (a chat app's greeting, an imported conversation): the
+    opening is turn 1 of the first batch, so a fact it holds is extracted with it as a source."""
+    session = session_services.session_start(owner=owner, model="gpt-4o")
+    opening = "Welcome back! How was the trip to Oslo?"
+    session_services.message_append(session=session, role="assistant", content=opening)
+    _rounds_into(session, ["It was great, the fjords were stunning.", "ok"])
+    oslo = {"content": "User went to Oslo", "category": "knowledge", "importance": 0.8}
+    answer = {"summary": "The trip.", "facts": [oslo | {"turns": [1]}]}
+    fakes["openai"].fake.reply(fakes["openai"].text(json.dumps(answer)))
+    consolidation_run(session_id=session.pk, config=SMALL)
+
+    prompt = fakes["openai"].fake.requests[0].body["messages"][1]["content"]
+    assert prompt.splitlines() == [
+        f"[1] assistant: {opening}",
+        "[2] user: It was great, the fjords were stunning.",
+        "[3] assistant: 嗯。",
+    ]
+    assert Fact.objects.get(content="User went to Oslo").sources.get().content == opening
+
+
+def test_the_hot_zone_of_a_session_the_assistant_opened_shows_the_opening(owner):
+    from memory_app.working import latest_rounds_messages
+
+    session = session_services.session_start(owner=owner)
+    opening = "Welcome back! How was the trip to Oslo?"
+    session_services.message_append(session=session, role="assistant", content=opening)
+    _rounds_into(session, ["Great.", "ok"])
+    session.refresh_from_db()
+    shown = [m.content for m in latest_rounds_messages(session=session, first=1)]
+    assert shown == [opening, "Great.", "嗯。", "ok", "嗯。"]
+    assert [m.content for m in latest_rounds_messages(session=session, first=2)] == ["ok", "嗯。"]
 
 
 def test_offline_facts_know_their_message_and_reinforcement_adds_one(owner, llm_config):
