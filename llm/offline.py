@@ -63,9 +63,19 @@ from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, To
 
 # --- memory instructions (chat) ----------------------------------------------------------------
 
+# An instruction to remember opens its sentence ("Remember that…", "Please remember…", "Can
+# you remember…"): "I remember when I did my first play" reminisces and asks nothing, and
+# "Remember to…" asks for a reminder, not for something about the person to be kept.
+_REMEMBER_EN = (
+    r"(?:(?:ok|okay|also|and|ethan)[,\s]+)*(?:please\s+)?"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?)?remember\b(?!\s+to\b)"
+)
 _REMEMBER = (
     re.compile(r"(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*(?P<x>.+)"),
-    re.compile(r"\b(?:please\s+)?remember(?:\s+that)?[:,]?\s+(?P<x>.+)", re.IGNORECASE),
+    re.compile(
+        rf"(?:^|(?<=[.!?;] )){_REMEMBER_EN}(?:\s+that)?[:,]?\s+(?P<x>.+)",
+        re.IGNORECASE | re.MULTILINE,
+    ),
 )
 # A rule is an instruction to the assistant, not any sentence that starts with "always" or
 # "以后" ("Always a pleasure to talk to you", "Never mind", "以后我会早点睡"): the time word must
@@ -127,7 +137,8 @@ _WHEN_ZH = "下周|下星期|下个月|下个星期|明天|后天|这周末|周�
 _WHEN_EN = "next (?:week|month|year|weekend)|tomorrow|this weekend|tonight|in \\w+ days"
 
 _FACT_RULES = (
-    _FactRule("knowledge", 0.95, re.compile(r"记住|\bremember\b", re.IGNORECASE)),
+    # A strong signal: an instruction to remember (_REMEMBER_EN), opening its sentence.
+    _FactRule("knowledge", 0.95, re.compile(rf"记住|^\s*{_REMEMBER_EN}", re.IGNORECASE)),
     _FactRule(
         "correction",
         0.9,
@@ -260,7 +271,7 @@ def fact_slot(fact: str) -> tuple[str, tuple[str, ...]] | None:
 
 
 _STRONG_PREFIX = re.compile(
-    r"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^(?:please\s+)?remember(?:\s+that)?[:,]?\s*",
+    rf"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^\s*{_REMEMBER_EN}(?:\s+that)?[:,]?\s*",
     re.IGNORECASE,
 )
 _PSYCH = re.compile(

@@ -345,6 +345,30 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
     ]
 
 
+@pytest.mark.parametrize(
+    ("said", "facts"),
+    [
+        ("Remember that my dog is called Max.", [("User: my dog is called Max", 0.95)]),
+        ("Can you remember that I live in Lisbon?", [("User: I live in Lisbon", 0.95)]),
+        ("Ok, remember: my wife is Ana.", [("User: my wife is Ana", 0.95)]),
+        ("Thanks. Remember that my son is Leo.", [("User: my son is Leo", 0.95)]),
+        # Reminiscing, or asking for a reminder: no instruction to keep anything.
+        ("I remember when I did my first play.", []),
+        ("Remember to take care of yourself.", []),
+    ],
+)
+def test_only_an_instruction_to_remember_is_a_strong_signal(said, facts):
+    extraction = memory.extract(model="offline", rounds=[Message.user(said)])
+    assert [(f.content, f.importance) for f in extraction.facts] == facts
+
+
+def test_reminiscing_is_not_an_instruction_to_write_memory():
+    assert not say("I remember when I did my first play.", tools=TOOLS).tool_calls
+    assert not say("Remember to take care of yourself.", tools=TOOLS).tool_calls
+    [call] = say("Please remember that I'm allergic to nuts.", tools=TOOLS).tool_calls
+    assert call.arguments["content"] == "User: I'm allergic to nuts"
+
+
 def test_offline_psych_extraction_only_when_asked():
     zh = memory.extract(model="offline", rounds=ROUNDS_ZH, psych=True)
     assert zh.psych == ("最近压力很大，晚上失眠", "听音乐能让用户放松")
