@@ -96,6 +96,32 @@ def deliver(
     return client.generic("POST", "/lark/webhook", body, content_type="application/json", **meta)
 
 
+def worker_answers(workers, name: str, text: str, *, model_url: str, lark: FakeLark):
+    """Store the event `ev-<name>` (a message saying `text`), start a worker of its own with
+    gpt-4o on the OpenAI fake at `model_url` and Lark on the fake, and queue the event to it;
+    returns the worker, the event and the worker's environment (for a sweep run here)."""
+    from agent_app.lark.tasks import lark_event_handle_task
+    from agent_app.models import LarkEvent
+
+    env = {
+        "OPENAI_API_KEY": "test-key",
+        "OPENAI_BASE_URL": f"{model_url}/v1",
+        "ETHAN_MODEL": "gpt-4o",
+        "LARK_BASE_URL": lark.url,
+        "LARK_APP_ID": FakeLark.APP_ID,
+        "LARK_APP_SECRET": FakeLark.APP_SECRET,
+    }
+    event = LarkEvent.objects.create(
+        event_id=f"ev-{name}",
+        event_type="im.message.receive_v1",
+        message_id=f"om_ev-{name}",
+        payload=message_event(f"ev-{name}", text),
+    )
+    worker = workers.start(name, **env)
+    lark_event_handle_task.delay(event.pk)
+    return worker, event, env
+
+
 def forget_cached() -> None:
     """Each test starts with no tenant token or bot id cached by an earlier one."""
     with LarkClient._lock:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 import pytest
 
 from agent_app.lark.handling import lark_events_reclaim
-from agent_app.lark.tasks import lark_event_handle_task
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply
@@ -60,24 +59,9 @@ def lark_fake():
 def answering(workers, name: str, *, model: FakeOpenAI, lark: FakeLark) -> Answering:
     """Store an event, start a worker of its own on it, and wait until the worker has claimed
     it, stored the question and is waiting on the model."""
-    env = {
-        "OPENAI_API_KEY": "test-key",
-        "OPENAI_BASE_URL": f"{model.url}/v1",
-        "ETHAN_MODEL": "gpt-4o",
-        "LARK_BASE_URL": lark.url,
-        "LARK_APP_ID": FakeLark.APP_ID,
-        "LARK_APP_SECRET": FakeLark.APP_SECRET,
-    }
-    from tests.lark_helpers import message_event
+    from tests.lark_helpers import worker_answers
 
-    event = LarkEvent.objects.create(
-        event_id=f"ev-{name}",
-        event_type="im.message.receive_v1",
-        message_id=f"om_ev-{name}",
-        payload=message_event(f"ev-{name}", QUESTION),
-    )
-    worker = workers.start(name, **env)
-    lark_event_handle_task.delay(event.pk)
+    worker, event, env = worker_answers(workers, name, QUESTION, model_url=model.url, lark=lark)
     assert wait_for(lambda: len(model.requests) == 1, timeout=60), worker.log_path.read_text()[
         -3000:
     ]

@@ -10,18 +10,18 @@ import pytest
 
 from agent_app.lark.handling import lark_events_reclaim
 from agent_app.lark.streaming import CURSOR
-from agent_app.lark.tasks import lark_event_handle_task
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply
 from tests.fakes.lark_fake import FakeLark
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
-from tests.lark_helpers import message_event
+from tests.lark_helpers import worker_answers
 from tests.services.conftest import wait_for
 
 # About 1,300 characters: some 330 pieces of the fake's stream.
 LONG = " ".join(f"Sentence {n} of a long answer." for n in range(70))
 SWEEPS = "The sweep's answer. " + LONG
+QUESTION = "tell me a long story"
 
 
 @pytest.fixture
@@ -52,31 +52,13 @@ def lark_fake():
     fake.close()
 
 
-def answering(workers, name: str, *, model: FakeOpenAI, lark: FakeLark):
-    env = {
-        "OPENAI_API_KEY": "test-key",
-        "OPENAI_BASE_URL": f"{model.url}/v1",
-        "ETHAN_MODEL": "gpt-4o",
-        "LARK_BASE_URL": lark.url,
-        "LARK_APP_ID": FakeLark.APP_ID,
-        "LARK_APP_SECRET": FakeLark.APP_SECRET,
-    }
-    event = LarkEvent.objects.create(
-        event_id=f"ev-{name}",
-        event_type="im.message.receive_v1",
-        message_id=f"om_ev-{name}",
-        payload=message_event(f"ev-{name}", "tell me a long story"),
-    )
-    worker = workers.start(name, **env)
-    lark_event_handle_task.delay(event.pk)
-    return worker, event, env
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_writes_the_reply_into_a_card_while_the_model_writes(
     workers, slow_model, lark_fake
 ):
-    worker, event, _ = answering(workers, "card", model=slow_model, lark=lark_fake)
+    worker, event, _ = worker_answers(
+        workers, "card", QUESTION, model_url=slow_model.url, lark=lark_fake
+    )
     log = worker.log_path
     # The card is out, and updated, before the reply is stored: it is being written.
     assert wait_for(lambda: len(lark_fake.card_updates) >= 2, timeout=60), log.read_text()[-3000:]
@@ -97,7 +79,9 @@ def test_a_worker_writes_the_reply_into_a_card_while_the_model_writes(
 def test_a_worker_whose_event_is_taken_back_mid_card_never_updates_it_again(
     workers, settings, slow_model, lark_fake, llm_config
 ):
-    worker, event, env = answering(workers, "taken", model=slow_model, lark=lark_fake)
+    worker, event, env = worker_answers(
+        workers, "taken", QUESTION, model_url=slow_model.url, lark=lark_fake
+    )
     log = worker.log_path
     assert wait_for(lambda: len(lark_fake.card_updates) >= 1, timeout=60), log.read_text()[-3000:]
 
@@ -116,7 +100,7 @@ def test_a_worker_whose_event_is_taken_back_mid_card_never_updates_it_again(
     [card] = lark_fake.cards
     assert lark_fake.shown(card["message_id"]) == SWEEPS
     assert list(Message.objects.order_by("seq").values_list("role", "content")) == [
-        ("user", "tell me a long story"),
+        ("user", QUESTION),
         ("assistant", SWEEPS),
     ]
     event.refresh_from_db()
