@@ -254,3 +254,25 @@ def test_a_model_that_fails_mid_reply_leaves_the_apology_in_the_card(client, lar
     assert LONG.startswith(card["text"].removesuffix(CURSOR))
     assert lark.shown(card["message_id"]) == MODEL_DOWN and lark.replies == []
     assert list(Message.objects.values_list("role", flat=True)) == ["user"]
+
+
+def test_words_before_a_tool_step_are_replaced_by_the_reply(client, lark, model, steps):
+    """The model writes, saves a memory, then answers: the card began with its first words,
+    and ends with the reply alone, as stored."""
+    before = "Let me note that down before I answer you. "
+    step = FakeOpenAI.tool_calls(
+        ("call_1", "memory_write", {"content": "用户喜欢长故事", "category": "preference"})
+    )
+    step["choices"][0]["message"]["content"] = before
+    model.fake.reply(step, first_chunk_ms=5, chunk_ms=2)
+    model.writes(LONG)
+    deliver(client, message_event("ev-s12", "记住我喜欢长故事，然后讲一个"))
+    [card] = lark.cards
+    assert card["text"].startswith(before[:16]) and not LONG.startswith(card["text"][:16])
+    assert lark.shown(card["message_id"]) == LONG == stored_reply()
+    # The words before the step, then the reply's own from their first.
+    texts = [card["text"]] + [update["text"].removesuffix(CURSOR) for update in lark.card_updates]
+    first = next(n for n, text in enumerate(texts) if text.startswith("Sentence"))
+    assert first >= 1 and all(before.startswith(t.removesuffix(CURSOR)) for t in texts[:first])
+    assert all(LONG.startswith(text) for text in texts[first:])
+    assert lark.replies == []
