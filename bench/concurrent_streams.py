@@ -1,0 +1,880 @@
+"""Concurrent streams: how many slow streamed turns `make serve` holds at once, and what each
+costs, with half the clients on /v1/chat/completions (the openai SDK's AsyncOpenAI) and half on
+/api/chat (`"stream": true`, httpx2), all at once, at 100, 300 and 1,000 streams.
+
+The model is bench.slow_model in a process of its own: one asyncio loop speaking OpenAI's wire
+protocol, its first chunk 1 s after a request, then a chunk every 250 ms for 10 s, as a real
+model's long answer comes. Before the server is measured, the same clients stream straight
+from it at each level, to show that it is not what is measured and what the clients themselves
+add ("model alone").
+
+The server is started as `make serve` starts it (the Makefile's gunicorn command line, reading
+gunicorn.conf.py, WEB_CONCURRENCY workers, 2 by default) on a free loopback port, on a fresh
+SQLite home (embedded mode, no broker) or on PostgreSQL with a Celery worker on Redis (as
+deployed), with ETHAN_MODEL=gpt-4o on the OpenAI provider at the slow model's URL. Each
+stream is a person of its own (a user and an API token, made by the bench), and
+ETHAN_API_RATE is raised besides, so that no throttle refuses anything (the run says so).
+Each level gets a gunicorn of its own, warmed up, so that turns a level gave up on (the server
+still runs them to the end) do not fall on the next.
+
+At each level, for `--timeout` seconds (60): the streams completed (every event read, the
+reply whole); that each completed reply is stored exactly once (after the level, the database:
+one assistant message with that reply in the session of that turn's message); the time the
+server adds before the first delta,
+
+    added = (first delta read − request sent) − (model's first chunk − request reached it)
+
+p50 and p95 over every stream (one with no delta by the timeout counts as longer than it),
+with its two parts, before the model (request sent → the model has it) and after (the model's
+first chunk → the client reads its delta); GET /healthz every 100 ms, p99 (unanswered by the
+end: longer than the timeout); the CPU seconds of gunicorn's process group (arbiter and
+workers) and its RSS, the peak over the level less the warmed-up start divided by the most
+streams open at once (headers read, not finished) as memory per open stream. A line of
+single streams (one at a time, `--single` of them, endpoints alternating) gives the added time
+with nothing else running.
+
+    python -m bench.concurrent_streams --quick --no-record      # 5 streams, 1 s replies: < 1 min
+    python -m bench.concurrent_streams                           # SQLite, 100 / 300 / 1,000
+    python -m bench.concurrent_streams --database postgresql --levels 100
+
+PostgreSQL and Redis on 127.0.0.1 for the PostgreSQL run: the database `--pg-database` is
+dropped and re-created, the Redis databases of `--broker-url` and `--cache-url` flushed.
+Every process started here (the model, gunicorn, Celery) is stopped at the end, also on
+errors and Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import math
+import os
+import re
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench.common import ROOT, percentile, run_per_database
+from bench.first_delta import API_RATE, StreamTimes, read_events
+from bench.openai_compat import API, V1, read_chunks, stream_problem
+from bench.server import (
+    POSTGRES_ADMIN,
+    BenchStack,
+    GunicornConfig,
+    _psql,
+    process_group_cpu,
+)
+from bench.slow_model import MARKER, WARM_UP, reply_text
+
+MODEL = "gpt-4o"
+LEVELS = (100, 300, 1_000)
+DATABASES = ("sqlite", "postgresql")
+HEALTHZ_EVERY = 0.1  # seconds between two /healthz requests
+RSS_EVERY = 0.25  # seconds between two readings of the server's memory
+STOP_SECONDS = 10
+MB = 1024 * 1024
+
+
+def raise_open_files() -> None:
+    """A thousand streams are two thousand sockets here (client and model) and more: the soft
+    limit on open files up to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# --- the model in a process of its own -------------------------------------------------------
+
+
+class ModelProcess:
+    """bench.slow_model started with the pace, its port read from its first line."""
+
+    def __init__(self, *, first_chunk_ms: float, chunk_ms: float, stream_seconds: float):
+        self.reply = reply_text(chunk_ms=chunk_ms, stream_seconds=stream_seconds)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.slow_model",
+                f"--first-chunk-ms={first_chunk_ms}",
+                f"--chunk-ms={chunk_ms}",
+                f"--stream-seconds={stream_seconds}",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        line = self.process.stdout.readline()
+        if not line.startswith("port "):
+            self.close()
+            raise RuntimeError(f"bench.slow_model did not start: {line!r}")
+        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+
+    def cpu_seconds(self) -> float:
+        return process_group_cpu(self.process.pid)
+
+    async def records(self, client) -> dict:
+        """The streams since the last call, by marker, and the most open at once meanwhile."""
+        response = await client.get(f"{self.url}/_records")
+        return response.json()
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+# --- the server as `make serve` starts it ----------------------------------------------------
+
+
+def serve_command(*, port: int, workers: int) -> list[str]:
+    """The Makefile's `serve` command line, on `port`."""
+    return [
+        str(Path(sys.executable).parent / "gunicorn"),
+        "ethan_site.wsgi:application",
+        "--config",
+        "gunicorn.conf.py",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--access-logfile",
+        "-",
+    ]
+
+
+class ServeStack(BenchStack):
+    """bench.server's stack, its web server `make serve`'s gunicorn command instead, on a
+    database and Redis databases of this bench's own (never the other benches' or the suite's),
+    and the web server restartable between levels. Like the other HTTP benchmarks it holds
+    bench.server's lock: on two cores, two of them at once would measure each other."""
+
+    def __init__(
+        self,
+        *,
+        database: str,
+        workers: int,
+        pg_database: str,
+        broker_url: str,
+        cache_url: str,
+        extra_env: dict[str, str],
+    ):
+        super().__init__(gunicorn=GunicornConfig(workers=workers), extra_env=extra_env)
+        assert not pg_database.startswith("test_") and pg_database != "ethan"
+        self.database = database
+        self.workers = workers
+        self.pg_database = pg_database
+        self.broker_url = broker_url
+        self.cache_url = cache_url
+
+    def _environment(self, database_url: str) -> dict[str, str]:
+        env = super()._environment(database_url)
+        env["WEB_CONCURRENCY"] = str(self.workers)
+        if self.database == "postgresql":
+            env["CELERY_BROKER_URL"] = self.broker_url
+            env["ETHAN_CACHE_URL"] = self.cache_url
+        return env
+
+    def _spawn(self, name: str, command: list[str]) -> None:
+        if name == "gunicorn":
+            command = serve_command(port=self.port, workers=self.workers)
+        super()._spawn(name, command)
+
+    def _flush_redis(self) -> None:
+        import redis
+
+        for url in (self.broker_url, self.cache_url):
+            redis.Redis.from_url(url).flushdb()
+
+    def _start(self) -> None:
+        if self.database == "sqlite":
+            self._start_web(f"sqlite:///{self.home / 'ethan.sqlite3'}", broker=False)
+            self._wait_web()
+            return
+        from ethan_site.celery import worker_command
+
+        self._flush_redis()
+        _psql(f'DROP DATABASE IF EXISTS "{self.pg_database}" WITH (FORCE)')
+        _psql(f'CREATE DATABASE "{self.pg_database}"')
+        self._start_web(f"{POSTGRES_ADMIN}/{self.pg_database}")
+        self.worker_name = f"bench-streams-{secrets.token_hex(3)}@localhost"
+        self._spawn(
+            "celery",
+            worker_command(
+                hostname=self.worker_name, pool="prefork", concurrency=1, loglevel="WARNING"
+            ),
+        )
+        self._wait_ready()
+
+    def web(self) -> subprocess.Popen:
+        return next(p for p in self.processes if p.bench_name == "gunicorn")
+
+    def restart_web(self) -> None:
+        """A new gunicorn: the turns the last one was still running are dropped with it."""
+        web = self.web()
+        _stop_group(web, signal.SIGQUIT)  # gunicorn's quick shutdown: the workers at once
+        self.processes.remove(web)
+        self._spawn("gunicorn", [])
+        self._wait_web()
+
+    def _stop(self) -> None:
+        for process in self.processes:
+            _stop_group(process, signal.SIGQUIT if process.bench_name == "gunicorn" else None)
+        self.processes.clear()
+        from django.apps import apps
+
+        if apps.ready:
+            from django.db import connections
+
+            connections.close_all()
+        if self.database == "postgresql":
+            try:
+                self._flush_redis()
+            except Exception as exc:  # Redis gone: say so, still clean up the rest
+                print(f"could not flush Redis: {exc}", file=sys.stderr)
+        if self._failed:
+            print(f"logs kept in {self.home}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.home, ignore_errors=True)
+        if self._lock_file is not None:  # the HTTP benchmarks' lock: one of them at a time
+            self._lock_file.close()
+            self._lock_file = None
+
+
+def _stop_group(process: subprocess.Popen, first: signal.Signals | None = None) -> None:
+    """The process's group: `first` (SIGTERM unless said), then SIGKILL if it lingers."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, first or signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=STOP_SECONDS)
+    with contextlib.suppress(ProcessLookupError):  # a worker outliving its arbiter
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def process_group_rss(pgid: int) -> int:
+    """Resident bytes of the live processes in one process group (gunicorn's arbiter and
+    workers), from /proc."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                total += int(fields[21]) * resource.getpagesize()  # rss, in pages
+    return total
+
+
+# --- the clients -----------------------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    """One streamed turn as its client saw it (time.monotonic() seconds)."""
+
+    endpoint: str
+    number: int
+    sent: float = 0.0
+    headers: float | None = None  # the response's headers read
+    first_delta: float | None = None
+    done: float | None = None  # the last event read, the reply whole
+    problem: str = ""
+
+
+@dataclass
+class Clients:
+    """The run's HTTP clients: httpx2 for /api/chat, /healthz and the model's records, the
+    openai SDK for /v1. No pool limit, no keep-alive (gunicorn's sync workers close every
+    connection anyway), no retry."""
+
+    base_url: str
+    tokens: list[str]  # stream n is the person of tokens[n % len(tokens)]
+    timeout: float
+    numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
+    # Straight at the model: the /api/chat half reads the model's own /v1 stream with httpx2.
+    straight: bool = False
+
+    async def __aenter__(self) -> Clients:
+        import httpx2
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+        limits = httpx2.Limits(max_connections=None, max_keepalive_connections=0)
+        timeout = httpx2.Timeout(self.timeout + 30, connect=self.timeout + 30)
+        self.http = httpx2.AsyncClient(limits=limits, timeout=timeout)
+        self.openai = AsyncOpenAI(
+            base_url=f"{self.base_url}/v1",
+            api_key=self.tokens[0],
+            max_retries=0,
+            http_client=DefaultAsyncHttpxClient(limits=limits, timeout=timeout),
+        )
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.openai.close()
+        await self.http.aclose()
+
+    def token(self, number: int) -> str:
+        return self.tokens[number % len(self.tokens)]
+
+    def text(self, number: int) -> str:
+        return f"Tell me a long story about the sea, please (#{number})"
+
+    async def stream(self, endpoint: str, stream: Stream | None = None, warm: bool = False):
+        """One streamed turn on `endpoint`, filled in on `stream` as it goes (so that a turn
+        cut short by the level's end still shows how far it got)."""
+        stream = stream or Stream(endpoint, next(self.numbers))
+        text = f"{WARM_UP} {self.text(stream.number)}" if warm else self.text(stream.number)
+        stream.sent = time.monotonic()
+        try:
+            if endpoint == API and self.straight:
+                endpoint, times = V1, await self._raw_v1(stream, text)
+            elif endpoint == API:
+                times = await self._api_chat(stream, text)
+            else:
+                times = await self._v1(stream, text)
+        except Exception as exc:  # any failure is this stream's, reported
+            stream.problem = f"{type(exc).__name__}: {exc}"[:200]
+            return stream
+        stream.problem = stream_problem(endpoint, times)
+        if not stream.problem:
+            stream.done = times.last_event
+        return stream
+
+    async def _api_chat(self, stream: Stream, text: str) -> StreamTimes:
+        body = {"message": text, "model": MODEL, "stream": True}
+        headers = {"Authorization": f"Token {self.token(stream.number)}"}
+        lines = await self._lines(stream, API, body, headers, "event: delta")
+        return read_events(lines)
+
+    async def _raw_v1(self, stream: Stream, text: str) -> StreamTimes:
+        """The model's own stream read with httpx2 (the model-alone run's other half)."""
+        body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": True}
+        headers = {"Authorization": f"Bearer {self.token(stream.number)}"}
+        return read_chunks(await self._lines(stream, V1, body, headers, '"content"'))
+
+    async def _lines(
+        self, stream: Stream, path: str, body: dict, headers: dict, delta: str
+    ) -> list[tuple[float, bytes]]:
+        """The answer's lines, each with when it was read; the first holding `delta` is the
+        stream's first delta."""
+        lines: list[tuple[float, bytes]] = []
+        async with self.http.stream(
+            "POST", f"{self.base_url}{path}", json=body, headers=headers
+        ) as response:
+            stream.headers = time.monotonic()
+            if response.status_code != 200:
+                raise RuntimeError(f"HTTP {response.status_code}")
+            async for line in response.aiter_lines():
+                at = time.monotonic()
+                if stream.first_delta is None and delta in line:
+                    stream.first_delta = at
+                lines.append((at, line.encode()))
+        return lines
+
+    async def _v1(self, stream: Stream, text: str) -> StreamTimes:
+        """The SDK's chunks as bench.openai_compat's read_chunks names them (role, delta, stop,
+        done: the SDK ends the iteration at `data: [DONE]`)."""
+        kinds: list[str] = []
+        texts: list[str] = []
+        final: dict = {}
+        response = await self.openai.chat.completions.create(
+            model=f"ethan/{MODEL}",
+            messages=[{"role": "user", "content": text}],
+            stream=True,
+            extra_headers={"Authorization": f"Bearer {self.token(stream.number)}"},
+        )
+        stream.headers = time.monotonic()
+        async with response:
+            async for chunk in response:
+                at = time.monotonic()
+                for choice in chunk.choices:
+                    if choice.delta.role:
+                        kinds.append("role")
+                    if choice.delta.content:
+                        kinds.append("delta")
+                        texts.append(choice.delta.content)
+                        if stream.first_delta is None:
+                            stream.first_delta = at
+                    if choice.finish_reason:
+                        kinds.append("stop")
+                        final = {"finish_reason": choice.finish_reason}
+        kinds.append("done")
+        return StreamTimes(
+            tuple(kinds), stream.first_delta, time.monotonic(), "".join(texts), final
+        )
+
+
+async def poll_healthz(clients: Clients, latencies: list[float], stop: asyncio.Event) -> None:
+    """GET /healthz every HEALTHZ_EVERY seconds, each on its own (a slow one does not hold
+    the next back); each answered one's latency in ms, an unanswered one as infinity."""
+    pending: set[asyncio.Task] = set()
+
+    async def one() -> None:
+        sent = time.monotonic()
+        try:
+            response = await clients.http.get(f"{clients.base_url}/healthz")
+            ok = response.status_code == 200
+        except Exception:  # unanswered is what is counted
+            ok = False
+        latencies.append((time.monotonic() - sent) * 1000 if ok else math.inf)
+
+    while not stop.is_set():
+        task = asyncio.create_task(one())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), HEALTHZ_EVERY)
+    for task in list(pending):
+        task.cancel()
+    latencies.extend(math.inf for _ in pending)
+
+
+async def watch_memory(pgid: int, streams: list[Stream], peak: dict, stop: asyncio.Event):
+    """The server's RSS every RSS_EVERY seconds: the highest, and the most streams open at
+    once (headers read, not finished) at any reading."""
+    while not stop.is_set():
+        rss = await asyncio.to_thread(process_group_rss, pgid)
+        now_open = sum(1 for s in streams if s.headers and not s.done and not s.problem)
+        peak["rss"] = max(peak["rss"], rss)
+        peak["open"] = max(peak["open"], now_open)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), RSS_EVERY)
+
+
+# --- one level -------------------------------------------------------------------------------
+
+
+def endpoint_of(index: int) -> str:
+    """Half the streams on each endpoint, alternating."""
+    return API if index % 2 == 0 else V1
+
+
+async def warm_up(clients: Clients, workers: int) -> None:
+    """Two unpaced streamed turns per web worker on each endpoint, at once: every worker has
+    loaded what a streamed turn loads (the SDK, the tokenizer) before its memory is read."""
+    turns = [clients.stream(endpoint_of(i), warm=True) for i in range(4 * workers)]
+    for stream in await asyncio.gather(*turns):
+        if stream.problem:
+            raise RuntimeError(f"a warm-up turn on {stream.endpoint} failed: {stream.problem}")
+
+
+async def run_level(
+    *, clients: Clients, model: ModelProcess, server_pgid: int | None, level: int, workers: int
+) -> dict:
+    """`level` streams at once for clients.timeout seconds; what each did, /healthz, the
+    server's CPU and memory, and the model's records of the streams."""
+    if server_pgid is not None:
+        await warm_up(clients, workers)
+    await model.records(clients.http)  # forget the warm-up
+    streams = [Stream(endpoint_of(i), next(clients.numbers)) for i in range(level)]
+    healthz: list[float] = []
+    peak = {"rss": 0, "open": 0}
+    stop = asyncio.Event()
+    rss_before = process_group_rss(server_pgid) if server_pgid else 0
+    cpu_before = process_group_cpu(server_pgid) if server_pgid else 0.0
+    model_cpu_before = model.cpu_seconds()
+    own_before = sum(os.times()[:2])
+    watchers = []
+    if server_pgid is not None:
+        watchers = [
+            asyncio.create_task(poll_healthz(clients, healthz, stop)),
+            asyncio.create_task(watch_memory(server_pgid, streams, peak, stop)),
+        ]
+    started = time.monotonic()
+    tasks = [asyncio.create_task(clients.stream(s.endpoint, s)) for s in streams]
+    await asyncio.wait(tasks, timeout=clients.timeout)
+    wall = time.monotonic() - started
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    stop.set()
+    await asyncio.gather(*watchers)
+    records = await model.records(clients.http)
+    return {
+        "level": level,
+        "wall": wall,
+        "streams": [asdict(s) for s in streams],
+        "model": records,
+        "healthz_ms": healthz,
+        "server_cpu": (process_group_cpu(server_pgid) - cpu_before) if server_pgid else None,
+        "model_cpu": model.cpu_seconds() - model_cpu_before,
+        "bench_cpu": sum(os.times()[:2]) - own_before,
+        "rss_before": rss_before,
+        "rss_peak": peak["rss"],
+        "open_peak": peak["open"],
+    }
+
+
+async def run_single(*, clients: Clients, model: ModelProcess, count: int, workers: int) -> dict:
+    """`count` streams one after another, the endpoints alternating."""
+    await warm_up(clients, workers)
+    await model.records(clients.http)
+    streams = [await clients.stream(endpoint_of(i)) for i in range(count)]
+    return {"streams": [asdict(s) for s in streams], "model": await model.records(clients.http)}
+
+
+# --- what was stored -------------------------------------------------------------------------
+
+
+def stored_replies(reply: str) -> dict[int, tuple[int, int]]:
+    """For each marked turn's message in the database: (assistant messages in its session,
+    how many of them hold the whole reply)."""
+    from django.db.models import Count, Q
+
+    from sessions_app.models import Message
+
+    sessions: dict[str, int] = {}
+    users = Message.objects.filter(role="user", content__contains="(#").exclude(
+        content__contains=WARM_UP
+    )
+    for session_id, content in users.values_list("session_id", "content").iterator():
+        found = MARKER.search(content)
+        if found:
+            sessions[session_id] = int(found.group(1))
+    counts = (
+        Message.objects.filter(role="assistant", session_id__in=list(sessions))
+        .values("session_id")
+        .annotate(replies=Count("pk"), whole=Count("pk", filter=Q(content=reply)))
+    )
+    stored = {number: (0, 0) for number in sessions.values()}
+    for row in counts:
+        stored[sessions[row["session_id"]]] = (row["replies"], row["whole"])
+    return stored
+
+
+def storage_check(streams: list[dict], stored: dict[int, tuple[int, int]]) -> dict:
+    """Completed streams whose reply is stored exactly once (one assistant message, the whole
+    reply); and, of the streams not completed, how many replies were stored anyway (the server
+    finishes a turn whose client went away)."""
+    completed = [s for s in streams if s["done"]]
+    once = sum(1 for s in completed if stored.get(s["number"]) == (1, 1))
+    not_completed = [s for s in streams if not s["done"]]
+    stored_anyway = sum(1 for s in not_completed if stored.get(s["number"], (0, 0))[0])
+    twice = sum(1 for s in streams if stored.get(s["number"], (0, 0))[0] > 1)
+    return {
+        "completed": len(completed),
+        "stored_once": once,
+        "stored_twice": twice,
+        "not_completed_stored": stored_anyway,
+    }
+
+
+# --- the numbers -----------------------------------------------------------------------------
+
+
+def added_ms(streams: list[dict], records: dict) -> dict[str, list[float]]:
+    """Per stream (in ms): added, before the model, after the model. A stream with no delta
+    (or the model's record missing) is infinity in each: longer than the run."""
+    out: dict[str, list[float]] = {"added": [], "before": [], "after": []}
+    for s in streams:
+        record = records.get(str(s["number"]))
+        if s["first_delta"] is None or not record or record["first"] is None:
+            for values in out.values():
+                values.append(math.inf)
+            continue
+        before = record["arrived"] - s["sent"]
+        after = s["first_delta"] - record["first"]
+        out["added"].append((before + after) * 1000)
+        out["before"].append(before * 1000)
+        out["after"].append(after * 1000)
+    return out
+
+
+def ms(value: float) -> str:
+    return "> run" if math.isinf(value) else f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def p50_p95(values: list[float]) -> tuple[float, float]:
+    return percentile(values, 0.5), percentile(values, 0.95)
+
+
+def model_alone_line(alone: dict, timeout: float) -> str:
+    streams = alone["streams"]
+    completed = sum(1 for s in streams if s["done"])
+    records = alone["model"]["records"]
+    # The model's first chunk as the client read it, against when it was due (arrival + pace).
+    late = [
+        (s["first_delta"] - records[str(s["number"])]["arrived"]) * 1000 - alone["first_chunk_ms"]
+        for s in streams
+        if s["first_delta"] is not None and str(s["number"]) in records
+    ]
+    late += [math.inf] * (len(streams) - len(late))
+    chunk_late = [r["late_max"] * 1000 for r in records.values()]
+    p50, p95 = p50_p95(late)
+    return (
+        f"- Model alone (the same clients straight at bench.slow_model, {len(streams):,} "
+        f"streams at once, half through the openai SDK): {completed:,} of {len(streams):,} "
+        f"completed within {timeout:.0f} s, {alone['model']['peak_open']:,} open at once at the "
+        f"model; first chunk read p50 {ms(p50)} ms, p95 {ms(p95)} ms after it was due; the "
+        f"model's latest chunk {ms(max(chunk_late, default=0))} ms late; CPU: model "
+        f"{alone['model_cpu']:.1f} s, clients {alone['bench_cpu']:.1f} s over "
+        f"{alone['wall']:.1f} s."
+    )
+
+
+def level_row(result: dict) -> tuple[str, list[str]]:
+    """The level's row of the table, and how the streams not completed ended."""
+    streams = result["streams"]
+    storage = result["storage"]
+    by_endpoint = {
+        endpoint: sum(1 for s in streams if s["done"] and s["endpoint"] == endpoint)
+        for endpoint in (API, V1)
+    }
+    added = added_ms(streams, result["model"]["records"])
+    a50, a95 = p50_p95(added["added"])
+    b50, b95 = p50_p95(added["before"])
+    f50, f95 = p50_p95(added["after"])
+    healthz = result["healthz_ms"]
+    answered = sum(1 for h in healthz if not math.isinf(h))
+    delta_read = sum(1 for s in streams if s["first_delta"] is not None)
+    grown = max(0, result["rss_peak"] - result["rss_before"])
+    per_stream = grown / result["open_peak"] / MB if result["open_peak"] else math.nan
+    twice = f", {storage['stored_twice']} twice" if storage["stored_twice"] else ""
+    problems = sorted({s["problem"] for s in streams if s["problem"] and not s["done"]})
+    row = (
+        f"| {result['level']:,} | {storage['completed']:,} ({by_endpoint[API]:,} / "
+        f"{by_endpoint[V1]:,}) | {storage['stored_once']:,} of {storage['completed']:,}"
+        f"{twice} | {delta_read:,} "
+        f"| {ms(a50)} | {ms(a95)} | {ms(b50)} / {ms(b95)} | {ms(f50)} / {ms(f95)} "
+        f"| {ms(percentile(healthz, 0.99))} ({answered:,} of {len(healthz):,}) "
+        f"| {result['server_cpu']:.1f} | {result['rss_before'] / MB:.0f} → "
+        f"{result['rss_peak'] / MB:.0f} | {result['open_peak']:,} / "
+        f"{result['model']['peak_open']:,} | {per_stream:.1f} "
+        f"| {storage['not_completed_stored']:,} |"
+    )
+    return row, problems
+
+
+def single_line(single: dict) -> str:
+    streams = single["streams"]
+    added = added_ms(streams, single["model"]["records"])
+    a50, a95 = p50_p95(added["added"])
+    b50, b95 = p50_p95(added["before"])
+    f50, f95 = p50_p95(added["after"])
+    completed = sum(1 for s in streams if s["done"])
+    return (
+        f"Single streams ({len(streams)} one after another, endpoints alternating, "
+        f"{completed} completed): added before the first delta p50 {ms(a50)} ms, p95 "
+        f"{ms(a95)} ms (before the model {ms(b50)} / {ms(b95)} ms, after it {ms(f50)} / "
+        f"{ms(f95)} ms)."
+    )
+
+
+def report(results: list[dict], args) -> str:
+    lines = []
+    for result in results:
+        reply = result["reply"]
+        lines += [
+            f"{result['database']}: {result['server']}. ETHAN_API_RATE raised to {API_RATE} for "
+            f"the run, each stream a person of its own. The model: first chunk "
+            f"{args.first_chunk_ms:.0f} ms after each request, then one every "
+            f"{args.chunk_ms:.0f} ms for {args.stream_seconds:g} s ({len(reply) // 4} pieces); "
+            f"each level {args.timeout:.0f} s, a fresh warmed-up gunicorn for each. "
+            f"{result['load']}.",
+            "",
+            *(model_alone_line(alone, args.timeout) for alone in result.get("alone") or ()),
+            "",
+            single_line(result["single"]) if result.get("single") else "",
+            "",
+            "| streams at once | completed (/api/chat / /v1) | stored exactly once "
+            "| first delta read | added p50 ms | added p95 ms | before model p50 / p95 ms "
+            "| after model p50 / p95 ms | /healthz p99 ms (answered) | server CPU s "
+            "| server RSS MB (start → peak) | most open: clients / model | MB per open stream "
+            "| given up, stored anyway |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        problems: set[str] = set()
+        for level in result["levels"]:
+            row, level_problems = level_row(level)
+            lines.append(row)
+            problems.update(level_problems)
+        if problems:
+            shown = "; ".join(sorted(problems)[:4])
+            lines += ["", f"Streams not completed ended with: {shown}."]
+        lines.append("")
+    return "\n".join(lines).replace("\n\n\n", "\n\n").strip()
+
+
+# --- one database ----------------------------------------------------------------------------
+
+
+def people_tokens(count: int) -> list[str]:
+    """`count` people, each with an API token (no password: nobody signs in): each stream is
+    a person of its own, as many conversations at once are, so that no per-person limit (the
+    API rate, and the caps issue 27 brings) is what a level measures."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+    from rest_framework.authtoken.models import Token
+
+    User = get_user_model()
+    users = User.objects.bulk_create(
+        User(username=f"bench-streams-{n}", password="!") for n in range(count)
+    )
+    tokens = Token.objects.bulk_create(Token(key=Token.generate_key(), user=u) for u in users)
+    connections.close_all()  # the web processes have the database to themselves
+    return [token.key for token in tokens]
+
+
+def measure_database(database: str, args) -> dict:
+    """The model alone, then the server on `database`: single streams, then each level."""
+    from bench.server import cpu_note
+
+    raise_open_files()
+    model = ModelProcess(
+        first_chunk_ms=args.first_chunk_ms,
+        chunk_ms=args.chunk_ms,
+        stream_seconds=args.stream_seconds,
+    )
+    try:
+        alone = []
+        if args.model_check:
+            alone = [asyncio.run(model_alone(model, level, args)) for level in args.levels]
+        extra_env = {
+            "OPENAI_API_KEY": "bench-key",
+            "OPENAI_BASE_URL": f"{model.url}/v1",
+            "ETHAN_MODEL": MODEL,
+            "ETHAN_API_RATE": API_RATE,
+        }
+        stack = ServeStack(
+            database=database,
+            workers=args.workers,
+            pg_database=args.pg_database,
+            broker_url=args.broker_url,
+            cache_url=args.cache_url,
+            extra_env=extra_env,
+        )
+        with stack:
+            from django.db import connections
+
+            from bench.common import database_label
+
+            label = database_label()
+            tokens = people_tokens(max(args.levels))
+            load = cpu_note()
+            numbers = itertools.count(1)
+            single = None
+            if args.single:
+                single = asyncio.run(
+                    with_clients(
+                        stack.base_url,
+                        tokens,
+                        args,
+                        numbers,
+                        run_single,
+                        model=model,
+                        count=args.single,
+                        workers=args.workers,
+                    )
+                )
+            levels = []
+            for level in args.levels:
+                stack.restart_web()
+                result = asyncio.run(
+                    with_clients(
+                        stack.base_url,
+                        tokens,
+                        args,
+                        numbers,
+                        run_level,
+                        model=model,
+                        server_pgid=stack.web().pid,
+                        level=level,
+                        workers=args.workers,
+                    )
+                )
+                stack.restart_web()  # the turns given up on stop here, before the count
+                result["storage"] = storage_check(result["streams"], stored_replies(model.reply))
+                connections.close_all()
+                levels.append(result)
+                print(level_row(result)[0], flush=True)
+    finally:
+        model.close()
+    broker = "embedded (no broker)" if database == "sqlite" else "one Celery worker on Redis"
+    return {
+        "database": label,
+        "server": f"`make serve`'s gunicorn, {args.workers} sync workers, {broker}",
+        "load": load,
+        "reply": model.reply,
+        "alone": alone,
+        "single": single,
+        "levels": levels,
+    }
+
+
+async def with_clients(base_url, tokens, args, numbers, run, **kwargs) -> dict:
+    async with Clients(base_url, tokens, args.timeout, numbers) as clients:
+        return await run(clients=clients, **kwargs)
+
+
+async def model_alone(model: ModelProcess, level: int, args) -> dict:
+    """The clients straight at the model (the model's URL as the server's, the model taking
+    any key), `level` streams: what the bench itself holds."""
+    async with Clients(model.url, ["bench-key"], args.timeout, straight=True) as clients:
+        result = await run_level(
+            clients=clients, model=model, server_pgid=None, level=level, workers=0
+        )
+    return {**result, "first_chunk_ms": args.first_chunk_ms}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database", choices=(*DATABASES, "both"), default="sqlite")
+    parser.add_argument(
+        "--levels",
+        type=lambda text: tuple(int(n) for n in re.split(r"[, ]+", text.strip()) if n),
+        default=LEVELS,
+        help="streams at once, comma-separated (100,300,1000)",
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per level")
+    parser.add_argument("--single", type=int, default=20, help="single streams (0: none)")
+    parser.add_argument("--first-chunk-ms", type=float, default=1000.0)
+    parser.add_argument("--chunk-ms", type=float, default=250.0)
+    parser.add_argument("--stream-seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=2, help="WEB_CONCURRENCY (make serve: 2)")
+    parser.add_argument(
+        "--no-model-check",
+        dest="model_check",
+        action="store_false",
+        help="skip the model-alone run",
+    )
+    parser.add_argument("--quick", action="store_true", help="5 streams, 1 s replies, < 1 min")
+    parser.add_argument("--pg-database", default="ethan_bench_streams")
+    parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/11")
+    parser.add_argument("--cache-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
+    parser.add_argument("--json", help=argparse.SUPPRESS)  # a child's result file
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.levels, args.timeout, args.single = (5,), 20.0, 2
+        args.first_chunk_ms, args.chunk_ms, args.stream_seconds = 200.0, 100.0, 1.0
+    return run_per_database(
+        module="bench.concurrent_streams",
+        argv=argv,
+        args=args,
+        databases=DATABASES,
+        measure_database=measure_database,
+        report=report,
+        title="Concurrent streams (make serve, slow model)",
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
