@@ -53,6 +53,7 @@ from agent_app.turn import (
 )
 from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
 from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import session_questions
 from sessions_app.services import SessionBusy, session_turn_release
 
 log = logging.getLogger(__name__)
@@ -310,12 +311,7 @@ def _answer(
         stored = _reply_to(question)
         if stored is not None:
             return stored
-        latest = (
-            Message.objects.filter(session=question.session_id, role=Message.Role.USER)
-            .order_by("-seq")
-            .values_list("pk", flat=True)
-            .first()
-        )
+        latest = session_questions(session=question.session).values_list("pk", flat=True).first()
         if latest != question.pk:
             return None
         session, again, text = question.session, True, question.content
