@@ -21,7 +21,7 @@ What is stored, and when:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -31,6 +31,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, transaction
 
 import llm
+from agent_app import turn_io
 from agent_app.modes import mode_parse
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import SystemPrompt, build_system
@@ -288,29 +289,61 @@ class TurnFailed(Exception):
 # --- the turn --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
 class TurnStream:
-    """A started turn: its session (the user message is stored in it) and its events."""
+    """A started turn: its session (the user message is stored in it) and its events, read
+    either way: `for event in turn` (the console, Celery, the WSGI views: the turn's steps run
+    in the caller's thread) or `async for event in turn` (an ASGI view: the model through its
+    SDK's async client, the database steps in a bounded thread pool, the event loop free while
+    the model writes). One turn (_events), two drivers (turn_io); a turn is read one way only."""
 
-    session: ChatSession
-    events: Iterator[TurnEvent]
-    token: str = ""  # the session's claim, given back when the turn ends or is stopped
-    # The user message this turn stored (None when it answers a stored one again).
-    question: Message | None = None
+    def __init__(
+        self,
+        *,
+        plan: TurnPlan,
+        session: ChatSession,
+        token: str = "",
+        question: Message | None = None,
+    ):
+        self.plan = plan
+        self.session = session
+        self.token = token  # the session's claim, given back when the turn ends or is stopped
+        # The user message this turn stored (None when it answers a stored one again).
+        self.question = question
+        self._sync: Iterator[TurnEvent] | None = None
+        self._async: AsyncIterator[TurnEvent] | None = None
+
+    @property
+    def events(self) -> Iterator[TurnEvent]:
+        if self._sync is None:
+            assert self._async is None, "a turn is read one way only"
+            self._sync = turn_io.driven(_events(self.plan, self.session, self.token, turn_io.SYNC))
+        return self._sync
 
     def __iter__(self) -> Iterator[TurnEvent]:
         return self.events
 
+    def __aiter__(self) -> AsyncIterator[TurnEvent]:
+        if self._async is None:
+            assert self._sync is None, "a turn is read one way only"
+            self._async = _events(self.plan, self.session, self.token, turn_io.ASYNC)
+        return self._async
+
     def close(self) -> None:
         """Stop here (the console's Ctrl-C): the session's claim is given back, also when no
         event was read yet (closing a generator that never started runs none of its code)."""
-        self.events.close()
+        if self._sync is not None:
+            self._sync.close()
         _release(self.session, self.token)
 
     def finish(self) -> None:
         """Run the rest of the turn with nobody reading (a web client that left): the reply
         is still written and stored."""
         for _ in self.events:
+            pass
+
+    async def afinish(self) -> None:
+        """finish, for a turn read with `async for`."""
+        async for _ in self:
             pass
 
 
@@ -350,10 +383,7 @@ def turn_start(plan: TurnPlan) -> TurnStream:
         except BaseException:
             _release(session, session.turn_claim)
             raise
-    token = session.turn_claim
-    return TurnStream(
-        session=session, events=_events(plan, session, token), token=token, question=question
-    )
+    return TurnStream(plan=plan, session=session, token=session.turn_claim, question=question)
 
 
 def _claim(session: ChatSession, *, wait_seconds: float) -> str:
@@ -459,13 +489,22 @@ class _Progress:
     consolidation_due: bool = True
 
 
-def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEvent]:
+async def _events(
+    plan: TurnPlan, session: ChatSession, token: str, io: turn_io.TurnIO
+) -> AsyncIterator[TurnEvent]:
+    """The turn, written once: every database step through `io.db`, the model through
+    `io.model` (turn_io: run in the caller's thread, or on an event loop)."""
     released = False
     progress = _Progress()
     try:
         yield Started(session_id=session.pk, path=plan.path, model=plan.model)
+        last: Done | Failed | None = None
         try:
-            last = yield from _answer(plan, session, token, progress)
+            async for event in _answer(plan, session, token, progress, io):
+                if isinstance(event, Done):
+                    last = event
+                else:
+                    yield event
         except llm.ModelError as exc:
             unavailable = isinstance(exc, llm.ModelUnavailable)
             last = Failed(
@@ -490,22 +529,22 @@ def _events(plan: TurnPlan, session: ChatSession, token: str) -> Iterator[TurnEv
         # (embedded mode); and the session is given back for the next turn (by the reply's
         # own append when there is one: then _release has nothing left to do).
         if progress.consolidation_due:
-            enqueue(consolidation_run_task, session.pk)
-        _release(session, token)
+            await io.db(enqueue, consolidation_run_task, session.pk)
+        await io.db(_release, session, token)
         released = True
         yield last
     finally:
         if not released:  # stopped early (Ctrl-C, an error): the claim is given back all the same
-            _release(session, token)
+            await io.db(_release, session, token)
 
 
-def _answer(
-    plan: TurnPlan, session: ChatSession, token: str, progress: _Progress
-) -> Generator[TurnEvent, None, Done]:
-    """The model's side: prompt, context, and the tool loop, streamed; returns the Done event
+async def _answer(
+    plan: TurnPlan, session: ChatSession, token: str, progress: _Progress, io: turn_io.TurnIO
+) -> AsyncIterator[TurnEvent]:
+    """The model's side: prompt, context, and the tool loop, streamed; its last event is Done
     (the reply is stored by then, and the session's claim `token` given back with it)."""
     path_settings = SETTINGS[plan.path]
-    prompt = turn_prompt(plan=plan, session=session, stored=True)
+    prompt = await io.db(turn_prompt, plan=plan, session=session, stored=True)
     system, context = prompt.system, prompt.context
     progress.consolidation_due = prompt.consolidation_due
     if plan.again:
@@ -523,7 +562,7 @@ def _answer(
         step += 1
         completion = None
         # The last allowed call offers no tools: the model has to answer in words.
-        for event in llm.stream(
+        async for event in io.model(
             model=plan.model,
             system=system.text,
             messages=context,
@@ -533,7 +572,7 @@ def _answer(
             if unmarked:
                 # Off the path to the first words: the UPDATE (a commit of its own) runs once
                 # the model has begun to answer, not before the request goes out.
-                memory_services.facts_mark_injected(facts=unmarked)
+                await io.db(memory_services.facts_mark_injected, facts=unmarked)
                 unmarked = []
             if isinstance(event, llm.TextDelta):
                 if event.text:
@@ -546,17 +585,8 @@ def _answer(
         # On the last allowed call tools were not offered: calls a model sends anyway are
         # not run, and what it wrote is the reply.
         if not completion.tool_calls or step == max_calls:
-            # Fenced, the reply and its fence are one transaction; unfenced, the append is one
-            # of its own (no statement added to every turn).
-            with transaction.atomic(durable=True) if plan.fence else nullcontext():
-                _fenced(plan, session)
-                session_services.message_append(
-                    session=session,
-                    role=Message.Role.ASSISTANT,
-                    content=completion.text,
-                    release_token=token,
-                )
-            return Done(
+            await io.db(_reply_write, plan=plan, session=session, text=completion.text, token=token)
+            yield Done(
                 session_id=session.pk,
                 reply=completion.text,
                 path=plan.path,
@@ -567,15 +597,27 @@ def _answer(
                 tool_calls=tool_count,
                 offline=offline,
             )
+            return
         for call in completion.tool_calls:
             yield ToolCalled(tool=call.name, arguments=call.arguments)
-        results = _tool_step_write(plan=plan, session=session, completion=completion)
+        results = await io.db(_tool_step_write, plan=plan, session=session, completion=completion)
         context.append(completion.as_message())
         for call, result in zip(completion.tool_calls, results, strict=True):
             context.append(llm.Message.tool(call.id, result, name=call.name))
             ok = not result.startswith("error:")
             yield ToolResult(tool=call.name, ok=ok, summary=result[:200])
         tool_count += len(results)
+
+
+def _reply_write(*, plan: TurnPlan, session: ChatSession, text: str, token: str) -> None:
+    """Store the reply and give the session back with it. Fenced, the reply and its fence are
+    one transaction; unfenced, the append is one of its own (no statement added to every
+    turn)."""
+    with transaction.atomic(durable=True) if plan.fence else nullcontext():
+        _fenced(plan, session)
+        session_services.message_append(
+            session=session, role=Message.Role.ASSISTANT, content=text, release_token=token
+        )
 
 
 @transaction.atomic(durable=True)  # never inside a caller's: no transaction spans a model call

@@ -1,0 +1,114 @@
+"""How the turn (agent_app.turn._events, written once as an async generator) meets the database
+and the model: two drivers of the same code.
+
+- SYNC: every step runs in the caller's thread, as plain calls: the database directly, the
+  model through llm.stream. Nothing ever suspends, so `driven` steps the async generator by
+  hand with no event loop at all: Django's ORM sees an ordinary synchronous caller (the
+  console, a Celery task, a WSGI view, a test in its transaction).
+- ASYNC: for an event loop (an ASGI view). The model streams through its SDK's async client
+  (llm.astream), so the loop is free while it writes; each database step runs in a thread of
+  the loop's default executor, a bounded pool (sync_to_async, not thread-sensitive: a step is
+  one function, its transaction inside it), so a process holds at most that many database
+  connections however many turns are streaming.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections
+
+import llm
+from llm.types import StreamEvent
+
+T = TypeVar("T")
+
+
+class TurnIO(Protocol):
+    async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one database step (a function that opens its own transaction, if any)."""
+        ...
+
+    def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
+        """The model's answer as llm.stream gives it."""
+        ...
+
+
+class _SyncIO:
+    async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return step(*args, **kwargs)
+
+    def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
+        return _Unsuspending(llm.stream(**request))
+
+
+class _AsyncIO:
+    async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await sync_to_async(_in_pool, thread_sensitive=False)(step, *args, **kwargs)
+
+    def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
+        return llm.astream(**request)
+
+
+def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A database step on a pool thread, which no request's end ever tidies: its connection
+    is checked before (one that broke or outlived CONN_MAX_AGE is replaced) and after, as
+    Django does around a request."""
+    close_old_connections()
+    try:
+        return step(*args, **kwargs)
+    finally:
+        close_old_connections()
+
+
+SYNC: TurnIO = _SyncIO()
+ASYNC: TurnIO = _AsyncIO()
+
+
+class _Unsuspending:
+    """A sync iterator seen as an async one whose steps never suspend (each __anext__ returns
+    at once, after the blocking next())."""
+
+    def __init__(self, events: Iterator[StreamEvent]):
+        self.events = events
+
+    def __aiter__(self) -> _Unsuspending:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        try:
+            return next(self.events)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        close = getattr(self.events, "close", None)
+        if close is not None:
+            close()
+
+
+def driven(events: AsyncIterator[T]) -> Iterator[T]:
+    """An async generator that runs with SYNC, as a plain iterator: each step is run to its
+    end by hand (it never suspends), with no event loop. Closing this iterator (a consumer
+    that stops, Ctrl-C) closes the generator the same way, so its `finally` runs."""
+    try:
+        while True:
+            try:
+                event = _run(events.__anext__())
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        _run(events.aclose())
+
+
+def _run(step: Any) -> Any:
+    """Run a coroutine that never suspends to its result."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value
+    step.close()
+    raise RuntimeError("a synchronous turn step suspended: it awaited real I/O")
