@@ -11,6 +11,7 @@ from django.db.models import BooleanField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from ethan_site.limits import UnstorableText, storable_text
 from sessions_app import search
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message
@@ -34,10 +35,21 @@ def sessions_for_owner(*, owner: AbstractBaseUser) -> QuerySet[ChatSession]:
 
 
 def session_get_for_owner(*, owner: AbstractBaseUser, session_id: str) -> ChatSession:
+    _known_form(session_id)
     try:
         return sessions_for_owner(owner=owner).get(pk=session_id)
     except ChatSession.DoesNotExist:
         raise SessionNotFound(f"no session '{session_id}'") from None
+
+
+def _known_form(ref: str) -> None:
+    """An id or tail holding a NUL or a lone surrogate names no session (none can hold one),
+    and PostgreSQL cannot even compare it: not found, whatever door it came through, never a
+    database error."""
+    try:
+        storable_text("a session id", ref)
+    except UnstorableText:
+        raise SessionNotFound("no such session") from None
 
 
 def session_resolve(*, owner: AbstractBaseUser, ref: str) -> ChatSession:
@@ -45,6 +57,7 @@ def session_resolve(*, owner: AbstractBaseUser, ref: str) -> ChatSession:
     ref = ref.strip()
     if not ref:
         raise SessionNotFound("no session id given")
+    _known_form(ref)
     owned = sessions_for_owner(owner=owner)
     if ref == "last":
         session = owned.order_by("-updated_at", "-created_at").first()

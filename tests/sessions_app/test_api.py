@@ -51,6 +51,26 @@ def test_another_owners_session_is_404_everywhere(api_for, owner, outsider, make
     assert ChatSession.objects.filter(pk=mine.pk).exists()
 
 
+@pytest.mark.parametrize("hostile", ["\x00", "s_2026\x00", "\ud800"])
+def test_a_session_id_no_session_can_hold_is_not_found_not_a_database_error(
+    api_for, owner, make_session, hostile
+):
+    """A NUL or a lone surrogate in a session id (PostgreSQL cannot even compare it): 404."""
+    make_session(owner, "hi", "ok")
+    if "\x00" in hostile:  # a lone surrogate cannot even be sent in a URL
+        context = api_for(owner).get("/api/context", {"message": "hi", "session_id": hostile})
+        assert context.status_code == 404, context.content
+    from sessions_app import selectors
+    from sessions_app.errors import SessionNotFound
+
+    for lookup in (
+        lambda: selectors.session_get_for_owner(owner=owner, session_id=hostile),
+        lambda: selectors.session_resolve(owner=owner, ref=hostile),
+    ):
+        with pytest.raises(SessionNotFound):
+            lookup()
+
+
 def test_delete(api_for, owner, make_session):
     session = make_session(owner, "bye", "ok")
     assert api_for(owner).delete(f"/api/sessions/{session.pk}").status_code == 204
