@@ -61,13 +61,16 @@ def sessions_finish_idle() -> list[str]:
     return closed
 
 
-def _episode_record(earlier_summary: str):
-    """How a session's end records its episode, inside the transaction of its last facts."""
+def _episode_record(earlier_summary: str, written: list[ChatSession] | None = None):
+    """How a session's end records its episode, inside the transaction of its last facts
+    (noting the session in `written`, when given)."""
 
     def record(session: ChatSession, summary: str) -> None:
         episode_services.episode_write(
             session=session, earlier_summary=earlier_summary, summary=summary
         )
+        if written is not None:
+            written.append(session)
 
     return record
 
@@ -88,13 +91,19 @@ def session_episode_write(*, session_id: str) -> bool:
         .first()
         or ""
     )
+    written: list[ChatSession] = []
     consolidation_finish(
         session=session,
         episode_first=episode_services.episode_first_round(session=session),
         earlier_summary=rolling,
-        record_episode=_episode_record(rolling),
+        record_episode=_episode_record(rolling, written),
     )
-    return Episode.objects.filter(owner_id=session.owner_id, session_ref=session.pk).exists()
+    # Not written here: under two rounds, nothing said, its episode already covering every
+    # round, or another worker's.
+    return (
+        bool(written)
+        or Episode.objects.filter(owner_id=session.owner_id, session_ref=session.pk).exists()
+    )
 
 
 def session_learn(*, session_id: str) -> bool:
@@ -154,7 +163,8 @@ def sessions_end_write(*, owner_id: int, now: bool = False) -> int:
     short: list[ChatSession] = []
     for session in waiting:
         if session.end_extracted or session.end_compressed:
-            finished += session_episode_write(session_id=session.pk) or 1
+            session_episode_write(session_id=session.pk)
+            finished += 1
             continue
         rounds = sum(other.round_count for other in short)
         if short and (

@@ -28,8 +28,12 @@ async def read(turn) -> list:
 
 def test_two_turns_stream_at_once_on_one_event_loop_and_are_stored(owner, fakes):
     fake = fakes["openai"]
-    for _ in range(2):
-        fake.fake.reply(fake.text(ANSWER), first_chunk_ms=150, chunk_ms=20)
+    # The second answer starts later and is written faster, so it ends well before the first
+    # and the two replies are not stored in the same moment:
+    # the tests' in-memory SQLite (shared cache) refuses concurrent writers at once, where a
+    # database file waits for the lock.
+    fake.fake.reply(fake.text(ANSWER), first_chunk_ms=150, chunk_ms=60)
+    fake.fake.reply(fake.text(ANSWER), first_chunk_ms=450, chunk_ms=5)
     first, second = start(owner, "Where do I live?"), start(owner, "And where do you live?")
 
     async def both():
@@ -41,6 +45,7 @@ def test_two_turns_stream_at_once_on_one_event_loop_and_are_stored(owner, fakes)
         assert events[-1].reply == ANSWER
     # Both model requests were open at once: the second went out before the first ended.
     one, two = sorted(fake.fake.requests, key=lambda request: request.chunk_times[0])
+    assert len(one.chunk_times) > 10
     assert two.chunk_times[0] < one.chunk_times[-1]
     for turn in (first, second):
         roles = list(turn.session.messages.order_by("seq").values_list("role", "content"))
@@ -68,3 +73,18 @@ def test_a_turn_is_read_one_way_only(owner, fakes):
         turn.__aiter__()
     turn.finish()
     assert turn.session.messages.last().content == ANSWER
+
+
+def test_a_turn_nobody_reads_to_the_end_is_still_run_and_stored(owner, fakes):
+    """An ASGI client that left after the first event: afinish runs the rest of the turn."""
+    fakes["openai"].fake.reply(fakes["openai"].text(ANSWER))
+    turn = start(owner, "Hi")
+
+    async def leave_early():
+        events = turn.__aiter__()
+        assert isinstance(await events.__anext__(), Started)
+        await turn.afinish()
+
+    asyncio.run(leave_early())
+    assert turn.session.messages.last().content == ANSWER
+    assert ChatSession.objects.get(pk=turn.session.pk).turn_claim == ""
