@@ -285,6 +285,15 @@ ETHAN_V1_MAX_HISTORY_CHARS = _config.positive("ETHAN_V1_MAX_HISTORY_CHARS", 400_
 # than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.
 ETHAN_TURN_WAIT_SECONDS = _config.positive("ETHAN_TURN_WAIT_SECONDS", 120)
 ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
+# The web server's turns (ethan_site.serve, channels.turns): at most this many answered at once
+# in one process (past it: 503 with Retry-After), and at most this many of one person's at once
+# (past it: 429 with Retry-After; a chat app opens a few at once: the chat, a title,
+# suggestions). On SIGTERM the server takes no new turn and lets running ones finish for at
+# most ETHAN_DRAIN_SECONDS; a reply still being written then is stored as far as it was
+# written, marked interrupted.
+ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
+ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
+ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
 # The MCP server over streamable HTTP (`ethan mcp --http`): where it listens. Its URL is
 # http://HOST:PORT/mcp.
 ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)
