@@ -98,6 +98,10 @@ INSTALLED_APPS = [
     "profile_app",
     "episodes_app",
     "agent_app",
+    # Ethan as its own OAuth authorization server, for MCP hosts that connect by URL
+    # (django-oauth-toolkit's models and views, extended in oauth_app).
+    "oauth2_provider",
+    "oauth_app",
 ]
 
 MIDDLEWARE = [
@@ -302,6 +306,74 @@ ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)
 # shared cache below. One token can then neither fill the server nor refuse anyone else.
 ETHAN_MCP_SESSIONS_PER_PERSON = _config.positive("ETHAN_MCP_SESSIONS_PER_PERSON", 10)
 ETHAN_MCP_INITIALIZE_RATE = _config.rate("ETHAN_MCP_INITIALIZE_RATE", "30/min")
+
+# --- OAuth (remote MCP: hosts such as Claude and ChatGPT connect to /mcp by its URL) ------------
+# Ethan is its own authorization server (django-oauth-toolkit, extended in oauth_app; the flow
+# and its standards in docs/mcp.md). The origin people reach Ethan at, e.g.
+# https://ethan.example.com; empty takes it from each request (its Host, and its scheme as the
+# proxy says under ETHAN_HTTPS). Tokens are bound to `<origin>/mcp`.
+ETHAN_PUBLIC_URL = _config.get("ETHAN_PUBLIC_URL", "", str).rstrip("/")
+# Access tokens are short-lived; a host refreshes them with its refresh token, which rotates on
+# every use (a refresh token used twice revokes its whole family: it was stolen or replayed).
+# A refresh token unused this many days (past its access token's end) is dead.
+ETHAN_OAUTH_ACCESS_TOKEN_SECONDS = _config.positive("ETHAN_OAUTH_ACCESS_TOKEN_SECONDS", 3600)
+ETHAN_OAUTH_REFRESH_TOKEN_DAYS = _config.positive("ETHAN_OAUTH_REFRESH_TOKEN_DAYS", 30)
+# Apps one person may have connected at once; past it the consent page asks them to disconnect
+# one first (memory page, Connected apps).
+ETHAN_OAUTH_CLIENTS_PER_PERSON = _config.positive("ETHAN_OAUTH_CLIENTS_PER_PERSON", 20)
+# Dynamic client registration (RFC 7591, for hosts without client metadata documents) is open
+# to anyone, so it is counted per client address.
+ETHAN_OAUTH_REGISTER_RATE = _config.rate("ETHAN_OAUTH_REGISTER_RATE", "20/hour")
+# A client metadata document is fetched from the client's own https URL: never from a private,
+# loopback or link-local address, except those in these networks (for tests, which serve the
+# document on loopback; e.g. 127.0.0.1/32), and trusting this extra CA file besides the
+# system's (the tests' own certificate authority). Leave both empty in production.
+ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = _config.get("ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS", [], list)
+ETHAN_OAUTH_CIMD_CA_FILE = _config.get("ETHAN_OAUTH_CIMD_CA_FILE", "", str)
+# django-oauth-toolkit's own client model, named: a foreign key to a swappable model needs the
+# setting when migrations are made (oauth_app.Connection points at it).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER = {
+    # What a connection may do with the memory (oauth_app.scopes; checked per MCP tool).
+    "SCOPES": {
+        "memory.read": "Read your memory: facts, rules, profile, episodes, conversations",
+        "memory.write": "Write to your memory: remember facts and rules, update the profile, "
+        "forget facts",
+    },
+    "DEFAULT_SCOPES": ["memory.read"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": ETHAN_OAUTH_ACCESS_TOKEN_SECONDS,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": ETHAN_OAUTH_REFRESH_TOKEN_DAYS * 86_400,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    # OAuth 2.1: the code flow with PKCE S256 only; no implicit or password grant, no "plain".
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    # RFC 9207: the redirect back carries `iss`, so a host can tell which server answered.
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    # Tokens are stored hashed; a leaked table holds no usable token.
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    # Every MCP host is a public client (no secret it could keep): PKCE stands in for one.
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    # The consent page is shown every time a host asks (it names what the host may do).
+    "REQUEST_APPROVAL_PROMPT": "force",
+    # Redirect URIs match exactly, port included (oauth_app.clients allows https, or http on
+    # loopback for desktop hosts).
+    "ALLOW_LOCALHOST_LOOPBACK": False,
+    "OIDC_ISS_ENDPOINT": ETHAN_PUBLIC_URL,
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "oauth_app.cimd.MetadataFetcher",
+    "CIMD_FETCH_TIMEOUT_SECONDS": _config.positive("ETHAN_OAUTH_CIMD_TIMEOUT_SECONDS", 5),
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+    "OAUTH2_PROTECTED_RESOURCE_NAME": "Ethan memory",
+}
 
 # --- Lark -----------------------------------------------------------------------------------
 # An event still being answered this long after a worker took it belongs to a worker that died:

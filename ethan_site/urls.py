@@ -25,4 +25,7 @@ urlpatterns = [
     path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("lark/webhook", lark_webhook, name="lark-webhook"),
     path("healthz", healthz, name="healthz"),
+    # Ethan as an OAuth authorization server for MCP hosts (oauth_app): /.well-known/… at the
+    # origin, the rest under /oauth/.
+    path("", include("oauth_app.urls")),
 ]

@@ -1,0 +1,113 @@
+"""Fetching a client ID metadata document: the client_id is an https URL, and Ethan fetches it
+(draft-ietf-oauth-client-id-metadata-document, which the MCP authorization specification
+prefers to registration).
+
+django-oauth-toolkit's SafeMetadataFetcher does the hard part, and this keeps its rules: https
+only; the host resolved once, every address checked, and the connection made to that checked
+address (no second lookup to rebind); no redirects; one deadline for the whole fetch
+(CIMD_FETCH_TIMEOUT_SECONDS); at most CIMD_MAX_DOCUMENT_SIZE bytes read; the document cached
+for its Cache-Control max-age (no-store and no-cache: the shortest), clamped between
+CIMD_METADATA_MIN_AGE_SECONDS and CIMD_METADATA_MAX_AGE_SECONDS, on the Application row. A
+failed fetch is remembered for CIMD_FAILURE_BACKOFF_SECONDS.
+
+Ethan adds two things: the private networks a test may open (ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS,
+empty in production, so no private, loopback or link-local address is ever fetched) with the
+CA that signs the test server's certificate (ETHAN_OAUTH_CIMD_CA_FILE); and its redirect-URI
+rule (oauth_app.clients), checked before the document becomes a client.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+import time
+
+import urllib3
+from django.conf import settings
+from oauth2_provider import cimd
+from oauth2_provider.settings import oauth2_settings
+
+from oauth_app.clients import redirect_uri_refusal
+
+
+def _allowed(ip: str) -> bool:
+    if cimd._ip_is_public(ip):
+        return True
+    networks = [
+        ipaddress.ip_network(n, strict=False) for n in settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS
+    ]
+    try:
+        address = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+def _addresses(hostname: str, port: int) -> list[str]:
+    """The host's addresses, every one of them allowed, or CIMDError: a host that resolves to
+    one public and one private address is refused whole, so the private one cannot be reached
+    by retrying."""
+    try:
+        infos = socket.getaddrinfo(hostname, port, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        raise cimd.CIMDError(f"could not resolve client_id host: {exc}") from exc
+    addresses = [info[4][0] for info in infos]
+    refused = [ip for ip in addresses if not _allowed(ip)]
+    if refused:
+        raise cimd.CIMDError(f"client_id host resolves to a non-public address ({refused[0]})")
+    if not addresses:
+        raise cimd.CIMDError("client_id host did not resolve to any address")
+    return addresses
+
+
+class MetadataFetcher(cimd.SafeMetadataFetcher):
+    def fetch(self, client_id: str) -> tuple[dict, int]:
+        parsed = cimd._validate_client_id_url(client_id)
+        port = parsed.port or 443
+        addresses = _addresses(parsed.hostname, port)
+        context = ssl.create_default_context()
+        if settings.ETHAN_OAUTH_CIMD_CA_FILE:
+            context.load_verify_locations(settings.ETHAN_OAUTH_CIMD_CA_FILE)
+        path = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+        headers = {"Host": parsed.netloc, "Accept": "application/json, application/*+json"}
+        deadline = time.monotonic() + oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS
+        last_error: Exception | None = None
+        for ip in addresses:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            # Connect to the checked address; TLS (SNI, certificate) and Host use the name.
+            pool = urllib3.HTTPSConnectionPool(
+                host=ip,
+                port=port,
+                timeout=urllib3.Timeout(connect=remaining, read=remaining, total=remaining),
+                retries=False,
+                maxsize=1,
+                ssl_context=context,
+                server_hostname=parsed.hostname,
+            )
+            try:
+                response = pool.urlopen(
+                    "GET", path, headers=headers, redirect=False, preload_content=False
+                )
+                try:
+                    metadata, max_age = self._read_document(response)
+                finally:
+                    response.release_conn()
+            except urllib3.exceptions.HTTPError as exc:
+                last_error = exc
+                continue
+            finally:
+                pool.close()
+            _check_redirect_uris(metadata)
+            return metadata, max_age
+        raise cimd.CIMDError(f"could not fetch client_id document: {last_error}")
+
+
+def _check_redirect_uris(metadata: dict) -> None:
+    uris = metadata.get("redirect_uris")
+    for uri in uris if isinstance(uris, list) else []:
+        refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
+        if refusal:
+            raise cimd.CIMDError(f"redirect_uris: {refusal}")

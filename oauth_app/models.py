@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from oauth2_provider.settings import oauth2_settings
+
+
+class Connection(models.Model):
+    """A person's consent to one client (an MCP host): what it may do, since when, when it
+    last used Ethan. Its tokens live in django-oauth-toolkit's tables; disconnecting revokes
+    them and deletes this row (oauth_app.services.connection_end)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.CASCADE, related_name="oauth_connections"
+    )
+    application = models.ForeignKey(
+        oauth2_settings.APPLICATION_MODEL, models.CASCADE, related_name="connections"
+    )
+    scope = models.CharField(max_length=255)  # granted, space-separated (oauth_app.scopes)
+    connected_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "application"], name="oauth_connection_one_per_client"
+            ),
+        ]
+        indexes = [
+            # connections_for_owner: a person's connections, the latest first.
+            models.Index(fields=["owner", "-connected_at"], name="oauth_connection_owner"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner_id} → {self.application.name or self.application.client_id}"
+
+    @property
+    def scopes(self) -> list[str]:
+        return self.scope.split()

@@ -1,0 +1,69 @@
+"""Reads: a person's connections, and what an OAuth access token presented at /mcp allows."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import Http404
+from oauth2_provider.models import AccessToken
+
+from oauth_app.clients import client_name
+from oauth_app.models import Connection
+from oauth_app.resource import canonical
+
+
+def connections_for_owner(*, owner: AbstractBaseUser) -> QuerySet[Connection]:
+    return (
+        Connection.objects.filter(owner=owner)
+        .select_related("application")
+        .order_by("-connected_at", "-id")
+    )
+
+
+def connection_for_owner(*, owner: AbstractBaseUser, connection_id: int) -> Connection:
+    """One of the person's connections; another person's id is not found."""
+    connection = connections_for_owner(owner=owner).filter(pk=connection_id).first()
+    if connection is None:
+        raise Http404("no such connection")
+    return connection
+
+
+@dataclass(frozen=True)
+class OAuthAccess:
+    """What an access token lets its bearer do: act for `owner_id` with `scopes`, as `client`,
+    at `resources`."""
+
+    owner_id: int
+    application_id: int
+    client: str
+    scopes: list[str]
+    resources: list[str]
+    expires_at: int
+
+
+def oauth_access(*, token: str) -> OAuthAccess | None:
+    """The access token's grant, or None: unknown, expired, revoked, or its connection ended.
+    Tokens are stored hashed (looked up by checksum)."""
+    checksum = hashlib.sha256(token.encode("utf-8")).hexdigest()
+    access = (
+        AccessToken.objects.select_related("application")
+        .filter(token_checksum=checksum, user__isnull=False, application__isnull=False)
+        .first()
+    )
+    if access is None or access.is_expired():
+        return None
+    if not Connection.objects.filter(
+        owner_id=access.user_id, application_id=access.application_id
+    ).exists():
+        return None
+    return OAuthAccess(
+        owner_id=access.user_id,
+        application_id=access.application_id,
+        client=client_name(access.application),
+        scopes=sorted(access.scopes),
+        resources=[canonical(r) for r in access.resource or []],
+        expires_at=int(access.expires.timestamp()),
+    )

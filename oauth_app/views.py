@@ -1,0 +1,210 @@
+"""The authorization server's doors, django-oauth-toolkit's views with Ethan's rules:
+
+- ConsentView (GET/POST /oauth/authorize/): sign-in (the site's own), then the consent page;
+  the person may grant reading only. The token is bound to this server's /mcp (RFC 8707): a
+  `resource` naming anything else is refused, none at all means /mcp.
+- ClientRegistrationView (POST /oauth/register/): RFC 7591 for hosts without client metadata
+  documents; open, counted per address, public clients only, redirect URIs checked.
+- ProtectedResourceView: RFC 9728 metadata of /mcp (path-suffixed) and of the origin (root).
+- DOT's own token, revocation and RFC 8414 metadata views (urls.py), configured in settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
+from django.http import Http404, HttpResponse, JsonResponse
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import Application
+from oauth2_provider.views import (
+    AuthorizationView,
+    DynamicClientRegistrationView,
+    OAuthProtectedResourceMetadataView,
+    TokenView,
+)
+from rest_framework.throttling import SimpleRateThrottle
+
+from oauth_app import resource, scopes
+from oauth_app.clients import client_domain, client_name, redirect_uri_refusal
+from oauth_app.services import connection_grant
+
+
+def _origin(request) -> str:
+    return resource.origin(scheme=request.scheme, host=request.get_host())
+
+
+class ConsentForm(AllowForm):
+    # Reading is what connecting means; writing is the person's choice (unticked: read only).
+    write = forms.BooleanField(required=False)
+
+
+class ConsentView(AuthorizationView):
+    template_name = "oauth_app/consent.html"
+    form_class = ConsentForm
+
+    def get(self, request, *args, **kwargs):
+        given = [r for r in request.GET.getlist("resource") if r]
+        refusal = self._resource_refusal(given, request)
+        if refusal:
+            return refusal
+        if not given:
+            # A host that sends no resource gets a token for /mcp all the same, never one
+            # valid anywhere.
+            request.GET = request.GET.copy()
+            request.GET["resource"] = resource.mcp_resource(_origin(request))
+        return super().get(request, *args, **kwargs)
+
+    def form_valid(self, form):
+        refusal = self._resource_refusal(
+            form.cleaned_data.get("resource", "").split(), self.request
+        )
+        if refusal:
+            return refusal
+        if form.cleaned_data.get("allow"):
+            asked = form.cleaned_data["scope"].split()
+            allowed = {scopes.READ, scopes.WRITE} if form.cleaned_data["write"] else {scopes.READ}
+            # Reading is always granted with consent (a connection that may do nothing is no
+            # connection); writing only if asked for and ticked.
+            granted = [s for s in scopes.ALL if s in allowed and (s in asked or s == scopes.READ)]
+            form.cleaned_data["scope"] = " ".join(granted)
+            application = Application.objects.get(client_id=form.cleaned_data["client_id"])
+            try:
+                connection_grant(owner=self.request.user, application=application, scopes=granted)
+            except ValidationError as refused:
+                messages.error(self.request, " ".join(refused.messages))
+                return self.form_invalid(form)
+        return super().form_valid(form)
+
+    def form_invalid(self, form):
+        # The hidden fields came from the host's request: show the page again with them.
+        application = Application.objects.filter(client_id=form.data.get("client_id", "")).first()
+        if application is None:
+            raise Http404("unknown client")
+        return self.render_to_response(
+            self.get_context_data(
+                form=form, **self._client_context(application, form.data.get("scope", ""))
+            )
+        )
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        application = kwargs.get("application")
+        if application is not None:
+            context.update(self._client_context(application, " ".join(kwargs.get("scopes", []))))
+        return context
+
+    @staticmethod
+    def _client_context(application: Application, asked: str) -> dict:
+        return {
+            "application": application,
+            "client_name": client_name(application),
+            "client_domain": client_domain(application),
+            "client_verified": application.client_id.startswith("https://"),
+            "asks_write": scopes.WRITE in asked.split(),
+        }
+
+    def _resource_refusal(self, resources: list[str], request) -> HttpResponse | None:
+        """A consent page that names the error, for a resource that is not this server's /mcp
+        (RFC 8707 invalid_target). Never a redirect: nothing is known yet about the client."""
+        if not resources or resource.for_this_server(resources, _origin(request)):
+            return None
+        return self.render_to_response(
+            {
+                "error": {
+                    "error": "invalid_target",
+                    "description": "Ethan issues tokens for its own MCP server only: "
+                    f"{resource.mcp_resource(_origin(request))}",
+                }
+            },
+            status=400,
+        )
+
+
+class JsonTokenView(TokenView):
+    """DOT's token endpoint; its refusals raised by the validator (invalid_target) come without
+    a media type, and RFC 6749 §5.2 answers every error as application/json."""
+
+    def post(self, request, *args, **kwargs):
+        response = super().post(request, *args, **kwargs)
+        if response.status_code >= 400 and response.content.startswith(b"{"):
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+class RegistrationThrottle(SimpleRateThrottle):
+    """Registrations per client address (ETHAN_OAUTH_REGISTER_RATE), in the shared cache."""
+
+    scope = "oauth_register"
+
+    def get_rate(self) -> str:
+        from django.conf import settings
+
+        return settings.ETHAN_OAUTH_REGISTER_RATE
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+
+class ClientRegistrationView(DynamicClientRegistrationView):
+    def post(self, request, *args, **kwargs):
+        throttle = RegistrationThrottle()
+        if not throttle.allow_request(request, self):
+            wait = max(1, math.ceil(throttle.wait() or 1))
+            response = _registration_error(
+                "too_many_requests", f"too many registrations; retry in {wait} s", status=429
+            )
+            response["Retry-After"] = str(wait)
+            return response
+        try:
+            metadata = json.loads(request.body)
+        except ValueError:
+            metadata = None
+        if isinstance(metadata, dict):
+            uris = metadata.get("redirect_uris")
+            for uri in uris if isinstance(uris, list) else []:
+                refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
+                if refusal:
+                    return _registration_error("invalid_redirect_uri", refusal)
+            # Every host is a public client: whatever it asked for, it is registered without a
+            # secret (RFC 7591 §3.2.1 lets the server replace what it asked), and PKCE guards
+            # its code.
+            metadata["token_endpoint_auth_method"] = "none"
+            metadata["grant_types"] = ["authorization_code", "refresh_token"]
+            metadata.pop("client_secret", None)
+            request._body = json.dumps(metadata).encode()
+        # A registration belongs to no one (it is the host's, not the signed-in browser's):
+        # its RFC 7592 management token must never carry a person.
+        request.user = AnonymousUser()
+        return super().post(request, *args, **kwargs)
+
+
+def _registration_error(code: str, description: str, status: int = 400) -> JsonResponse:
+    return JsonResponse({"error": code, "error_description": description}, status=status)
+
+
+class ProtectedResourceView(OAuthProtectedResourceMetadataView):
+    """RFC 9728 metadata: at /.well-known/oauth-protected-resource/mcp for /mcp (where a 401
+    from /mcp points), and at the root for the origin; no other resource exists."""
+
+    def get(self, request, *args, **kwargs):
+        if kwargs.get("resource_path", "").strip("/") not in ("", resource.MCP_PATH.strip("/")):
+            raise Http404("no such protected resource")
+        return super().get(request, *args, **kwargs)
+
+    def get_resource(self, request) -> str:
+        origin = _origin(request)
+        if self.kwargs.get("resource_path"):
+            return resource.mcp_resource(origin)
+        return origin
+
+    def get_authorization_servers(self, request) -> list[str]:
+        return [_origin(request)]  # the issuer: this server, at its origin
+
+    def get_scopes_supported(self) -> list[str]:
+        return list(scopes.ALL)

@@ -1,0 +1,110 @@
+"""An OAuth host as Django's test client: it registers, sends the person to consent, and
+trades the code for tokens, as the mcp SDK's OAuthClientProvider does (the whole flow with
+the SDK itself is in test_mcp_oauth.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+ORIGIN = "http://testserver"
+RESOURCE = f"{ORIGIN}/mcp"
+REDIRECT = "http://127.0.0.1:33418/callback"
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=")
+    return verifier, challenge.decode()
+
+
+@dataclass
+class Host:
+    """A registered public client and the browser of the person it acts for."""
+
+    client: object  # django.test.Client, signed in as the person
+    client_id: str
+    redirect_uri: str = REDIRECT
+
+    def authorize_params(self, challenge: str, **extra: str) -> dict[str, str]:
+        return {
+            "response_type": "code",
+            "client_id": self.client_id,
+            "redirect_uri": self.redirect_uri,
+            "state": "s1",
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "scope": "memory.read memory.write",
+            "resource": RESOURCE,
+            **extra,
+        }
+
+    def consent(self, challenge: str, *, write: bool = True, **extra: str):
+        """The consent page, then Allow: the redirect back to the host."""
+        page = self.client.get("/oauth/authorize/", self.authorize_params(challenge, **extra))
+        assert page.status_code == 200, page.content
+        form = page.context["form"]
+        data = {name: form[name].value() or "" for name in form.fields if name != "write"}
+        data["allow"] = "on"
+        if write:
+            data["write"] = "on"
+        return self.client.post("/oauth/authorize/", data)
+
+    def code(self, challenge: str, **kwargs) -> str:
+        answer = self.consent(challenge, **kwargs)
+        assert answer.status_code == 302, answer.content
+        query = parse_qs(urlsplit(answer["Location"]).query)
+        assert query["state"] == ["s1"] and query["iss"] == [ORIGIN], query
+        return query["code"][0]
+
+    def token(self, code: str, verifier: str, **extra: str):
+        return self.client.post(
+            "/oauth/token/",
+            {
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": self.redirect_uri,
+                "client_id": self.client_id,
+                "code_verifier": verifier,
+                "resource": RESOURCE,
+                **extra,
+            },
+        )
+
+    def tokens(self, **consent) -> dict:
+        verifier, challenge = pkce()
+        answer = self.token(self.code(challenge, **consent), verifier)
+        assert answer.status_code == 200, answer.content
+        return answer.json()
+
+    def refresh(self, refresh_token: str):
+        return self.client.post(
+            "/oauth/token/",
+            {
+                "grant_type": "refresh_token",
+                "refresh_token": refresh_token,
+                "client_id": self.client_id,
+                "resource": RESOURCE,
+            },
+        )
+
+
+def register(client, **metadata) -> dict:
+    answer = client.post(
+        "/oauth/register/",
+        {"client_name": "Test Host", "redirect_uris": [REDIRECT], **metadata},
+        content_type="application/json",
+    )
+    assert answer.status_code == 201, answer.content
+    return answer.json()
+
+
+@pytest.fixture
+def host(client, owner) -> Host:
+    client.force_login(owner)
+    return Host(client=client, client_id=register(client)["client_id"])
