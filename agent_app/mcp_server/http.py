@@ -10,24 +10,41 @@
   cache like the API's throttle): 429 with Retry-After.
 - Every error answer of the app is JSON, `{"error": code, "error_description": text}`, the
   shape of the SDK's 401; its transport checks answer plain text (a wrong Host is a 421).
+- OAuth (OAuthChallenge): a 401 tells a host where to authorize (RFC 9728 §5.1, the MCP
+  authorization specification's "Scope Selection Strategy"), and a tool call that needs a scope
+  the token lacks is answered 403 insufficient_scope before it reaches the tool, so the host
+  can ask the person again ("Runtime Insufficient Scope Errors").
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import Callable
+from contextvars import ContextVar
 
 import anyio.to_thread
 from django.conf import settings
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, StreamableHTTPServerTransport
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from redis import RedisError
 from rest_framework.throttling import SimpleRateThrottle
+from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from oauth_app import resource, scopes
+
 log = logging.getLogger(__name__)
+
+# The origin (scheme://host) the request being served came to, for the token check: an OAuth
+# token is accepted only at the resource it was issued for (oauth_app.resource).
+REQUEST_ORIGIN: ContextVar[str | None] = ContextVar("ethan_mcp_request_origin", default=None)
+# The claim of an OAuth access token that carries its client's name (the facts it writes).
+OAUTH_CLIENT_CLAIM = "ethan_oauth_client"
 
 
 class SessionsInUse(Exception):
@@ -227,3 +244,123 @@ def _plain_error(start: Message) -> bool:
     headers: list[tuple[bytes, bytes]] = start.get("headers", [])
     kind = next((value for key, value in headers if key.lower() == b"content-type"), b"")
     return not kind.lower().startswith(b"application/json")
+
+
+class OAuthChallenge:
+    """The OAuth side of the /mcp door. Sets REQUEST_ORIGIN for the token verifier; answers a
+    write tool called with a token that lacks memory.write with 403 insufficient_scope (the
+    tool refuses it too: EthanMCP._writer); and gives every 401 its challenge:
+
+        WWW-Authenticate: Bearer
+            resource_metadata="<origin>/.well-known/oauth-protected-resource/mcp",
+            scope="memory.read memory.write"
+
+    (with error="invalid_token" when a token was presented: RFC 6750 §3.1 leaves the error
+    out when none was)."""
+
+    def __init__(
+        self, app: ASGIApp, access_for_token: Callable[[str, str | None], AccessToken | None]
+    ) -> None:
+        self.app = app
+        self.access_for_token = access_for_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        origin = resource.origin(scheme=scope.get("scheme", "http"), host=headers.get("host", ""))
+        bearer = _bearer(headers.get("authorization", ""))
+        reset = REQUEST_ORIGIN.set(origin)
+        try:
+            if bearer is not None and scope["method"] == "POST":
+                receive, refusal = await self._scope_refusal(bearer, origin, receive)
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
+
+            async def challenging(message: Message) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 401:
+                    kept = [
+                        (key, value)
+                        for key, value in message.get("headers", [])
+                        if key.lower() != b"www-authenticate"
+                    ]
+                    value = _challenge(origin, " ".join(scopes.ALL), presented=bearer is not None)
+                    message = {**message, "headers": [*kept, (b"www-authenticate", value.encode())]}
+                await send(message)
+
+            await self.app(scope, receive, challenging)
+        finally:
+            REQUEST_ORIGIN.reset(reset)
+
+    async def _scope_refusal(
+        self, bearer: str, origin: str, receive: Receive
+    ) -> tuple[Receive, JSONResponse | None]:
+        """Reads the request's body (at most ETHAN_MAX_BODY_BYTES of it; the rest, if any, is
+        the SDK's to refuse) to see which tool it calls; the body is replayed to the app."""
+        held: list[Message] = []
+        body = b""
+        while len(body) <= settings.ETHAN_MAX_BODY_BYTES:
+            message = await receive()
+            held.append(message)
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return held.pop(0) if held else await receive()
+
+        tool = _tool_called(body)
+        if tool not in scopes.WRITE_TOOLS:
+            return replay, None
+        access = await anyio.to_thread.run_sync(self.access_for_token, bearer, origin)
+        if access is None or scopes.granted(access.scopes, scopes.WRITE):
+            return replay, None  # an unknown token is the SDK's 401
+        description = f"{tool} changes the memory: it needs {scopes.WRITE}"
+        refusal = _error(
+            403,
+            "insufficient_scope",
+            description,
+            {
+                "WWW-Authenticate": _challenge(
+                    origin, scopes.WRITE, error="insufficient_scope", description=description
+                )
+            },
+        )
+        return replay, refusal
+
+
+def _bearer(authorization: str) -> str | None:
+    kind, _, token = authorization.partition(" ")
+    return token.strip() or None if kind.lower() == "bearer" else None
+
+
+def _tool_called(body: bytes) -> str | None:
+    """The tool a JSON-RPC `tools/call` request names, else None."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _challenge(
+    origin: str,
+    scope: str,
+    *,
+    presented: bool = True,
+    error: str = "invalid_token",
+    description: str = "the access token is missing, expired, revoked or for another server",
+) -> str:
+    parts = []
+    if presented:
+        parts += [f'error="{error}"', f'error_description="{description}"']
+    parts += [f'resource_metadata="{resource.metadata_url(origin)}"', f'scope="{scope}"']
+    return "Bearer " + ", ".join(parts)

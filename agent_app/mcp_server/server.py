@@ -9,10 +9,17 @@ mid-call leaves nothing half written.
 
 Who is asking:
 - over stdio (`ethan mcp --user NAME`) the person named at start;
-- over streamable HTTP, the person whose Ethan API token came as `Authorization: Bearer
-  <token>` on that very request (EthanTokenVerifier; the SDK answers 401 without a valid one).
-Every write names the MCP client, by the name it gives itself: facts get source `mcp` and
-`source_client`, history rows and profile revisions the actor `mcp:<client name>`.
+- over streamable HTTP, the person whose token came as `Authorization: Bearer <token>` on that
+  very request (EthanTokenVerifier; the SDK answers 401 without a valid one, and
+  agent_app.mcp_server.http turns it into the OAuth challenge): an Ethan API token (`ethan
+  token NAME`, for scripts and the bridge; it may do everything), or an OAuth access token a
+  host obtained through oauth_app, bound to this server's /mcp and carrying the scopes the
+  person granted (memory.read, and memory.write unless they chose read only: the write tools
+  refuse a connection without it).
+Every write names the MCP client: an OAuth client by the name it registered (the memory page's
+Connected apps tab finds its facts by it), any other by the name it gives itself. Facts get
+source `mcp` and `source_client`, history rows and profile revisions the actor
+`mcp:<client name>`.
 
 Django's ORM is synchronous: the tools are plain functions, which the SDK runs in worker
 threads; each opens and closes its database connection (`_database`).
@@ -46,7 +53,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from agent_app.mcp_server.http import JsonErrors, PersonalSessions
+from agent_app.mcp_server.http import (
+    OAUTH_CLIENT_CLAIM,
+    REQUEST_ORIGIN,
+    JsonErrors,
+    OAuthChallenge,
+    PersonalSessions,
+)
 from agent_app.memory_search import MAX_LIMIT, memory_search
 from agent_app.paths import FULL, SETTINGS
 from agent_app.prompts import fact_line, stored_text
@@ -63,6 +76,9 @@ from memory_app import confidence
 from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import Fact, Procedure
+from oauth_app import resource, scopes
+from oauth_app import selectors as oauth_selectors
+from oauth_app import services as oauth_services
 from profile_app import selectors as profile_selectors
 from profile_app import services as profile_services
 from profile_app.markdown import render as render_profile
@@ -96,22 +112,46 @@ class Caller:
         return f"mcp:{self.client}"
 
 
-def _owner_for_token(key: str) -> int | None:
+def access_for_token(token: str, origin: str | None) -> AccessToken | None:
+    """What a Bearer token lets its bearer do at /mcp of `origin`, or None. The access token's
+    client_id is the person's id (sessions are counted and owned per person); an OAuth client's
+    name travels in its claims."""
     from rest_framework.authtoken.models import Token
 
     with _database():
-        return Token.objects.filter(key=key).values_list("user_id", flat=True).first()
+        owner_id = Token.objects.filter(key=token).values_list("user_id", flat=True).first()
+        if owner_id is not None:  # an Ethan API token: everything, as the REST API allows
+            return AccessToken(token=token, client_id=str(owner_id), scopes=list(scopes.ALL))
+        access = oauth_selectors.oauth_access(token=token)
+        # Only a token issued for this very server's /mcp (RFC 8707; the MCP authorization
+        # specification: "MCP servers MUST only accept tokens that are valid for use with their
+        # own resources"); with no known origin, none at all.
+        if (
+            access is None
+            or origin is None
+            or not resource.for_this_server(access.resources, origin)
+            or not scopes.granted(access.scopes, scopes.READ)
+        ):
+            return None
+        oauth_services.connection_touch(
+            owner_id=access.owner_id, application_id=access.application_id
+        )
+        return AccessToken(
+            token=token,
+            client_id=str(access.owner_id),
+            scopes=access.scopes,
+            expires_at=access.expires_at,
+            resource=resource.mcp_resource(origin),
+            claims={OAUTH_CLIENT_CLAIM: access.client},
+        )
 
 
 class EthanTokenVerifier(TokenVerifier):
-    """An MCP request's Bearer token is an Ethan API token (`ethan token NAME`); the access
-    token it gives carries the person's id."""
+    """An MCP request's Bearer token: an Ethan API token or an OAuth access token
+    (access_for_token), checked against the origin the request came to (http.REQUEST_ORIGIN)."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        owner_id = await anyio.to_thread.run_sync(_owner_for_token, token)
-        if owner_id is None:
-            return None
-        return AccessToken(token=token, client_id=str(owner_id), scopes=[])
+        return await anyio.to_thread.run_sync(access_for_token, token, REQUEST_ORIGIN.get())
 
 
 @contextlib.contextmanager
@@ -161,9 +201,24 @@ class EthanMCP:
         return get_user_model().objects.get(pk=owner_id)
 
     def _caller(self, ctx: Context) -> Caller:
-        params = ctx.session.client_params if ctx is not None else None
-        client = params.client_info.name if params is not None and params.client_info else ""
+        token = get_access_token() if self.owner_id is None else None
+        client = (token.claims or {}).get(OAUTH_CLIENT_CLAIM, "") if token is not None else ""
+        if not client:
+            params = ctx.session.client_params if ctx is not None else None
+            client = params.client_info.name if params is not None and params.client_info else ""
         return Caller(owner=self._owner(), client=(client or UNKNOWN_CLIENT)[:90])
+
+    def _writer(self, ctx: Context) -> Caller:
+        """The caller of a tool that changes the memory: refused for a connection the person
+        let read only (the HTTP door answers such a call 403 first, http.ScopeChallenge; this
+        holds for any path that reaches the tool)."""
+        token = get_access_token() if self.owner_id is None else None
+        if token is not None and not scopes.granted(token.scopes, scopes.WRITE):
+            raise ToolError(
+                "this connection may only read Ethan's memory: the person did not grant "
+                f"{scopes.WRITE}"
+            )
+        return self._caller(ctx)
 
     def _register(self) -> None:
         server = self.server
@@ -265,7 +320,7 @@ class EthanMCP:
         preference, a decision, a correction). An equal fact already known is reinforced
         instead of stored twice. Not for small talk."""
         with _database(), _refusals():
-            caller = self._caller(ctx)
+            caller = self._writer(ctx)
             fact = memory_services.fact_write(
                 owner=caller.owner,
                 content=content,
@@ -296,7 +351,7 @@ class EthanMCP:
         shows it on every turn. Only a limited number can be active: when the list is full the
         error says so."""
         with _database(), _refusals():
-            caller = self._caller(ctx)
+            caller = self._writer(ctx)
             procedure, created = memory_services.procedure_write(
                 owner=caller.owner, rule=rule, context=context, source=Fact.Source.MCP
             )
@@ -347,7 +402,7 @@ class EthanMCP:
         """Update one section of the user's narrative profile; the previous text is kept as a
         revision."""
         with _database(), _refusals():
-            caller = self._caller(ctx)
+            caller = self._writer(ctx)
             changed = profile_services.profile_update(
                 owner=caller.owner, section=section, entry=entry, mode=mode, actor=caller.actor
             )
@@ -381,7 +436,7 @@ class EthanMCP:
         """Forget a fact: it is evicted and never injected again; it stays in the fact's
         history, as when the user forgets it through the REST API."""
         with _database(), _refusals():
-            caller = self._caller(ctx)
+            caller = self._writer(ctx)
             fact = memory_selectors.facts_for_owner(owner=caller.owner).filter(pk=id).first()
             if fact is None:
                 raise ToolError(f"there is no fact {id} among this user's facts")
@@ -605,9 +660,9 @@ def run_stdio(owner: AbstractBaseUser) -> None:
 
 def http_app(*, host: str, port: int) -> ASGIApp:
     """The streamable HTTP transport at /mcp (and /healthz), each request authenticated by its
-    Bearer token. Host and Origin headers are checked against DJANGO_ALLOWED_HOSTS (DNS
-    rebinding), as the web process checks Host. Sessions are counted per person and every
-    error is JSON (agent_app.mcp_server.http)."""
+    Bearer token (a 401 or 403 says how to get one: http.OAuthChallenge). Host and Origin
+    headers are checked against DJANGO_ALLOWED_HOSTS (DNS rebinding), as the web process checks
+    Host. Sessions are counted per person and every error is JSON (agent_app.mcp_server.http)."""
     hosts = list(settings.ALLOWED_HOSTS)
     if "*" in hosts:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -623,4 +678,4 @@ def http_app(*, host: str, port: int) -> ASGIApp:
         streamable_http_path="/mcp", transport_security=security, host=host
     )
     PersonalSessions.adopt(mcp.server.session_manager)
-    return JsonErrors(app)
+    return OAuthChallenge(JsonErrors(app), access_for_token)

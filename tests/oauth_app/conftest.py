@@ -25,11 +25,17 @@ def pkce() -> tuple[str, str]:
 
 @dataclass
 class Host:
-    """A registered public client and the browser of the person it acts for."""
+    """A registered public client and the browser of the person it acts for, asking for tokens
+    for `origin`/mcp (the test client's requests go to that origin's host)."""
 
     client: object  # django.test.Client, signed in as the person
     client_id: str
     redirect_uri: str = REDIRECT
+    origin: str = ORIGIN
+
+    @property
+    def resource(self) -> str:
+        return f"{self.origin}/mcp"
 
     def authorize_params(self, challenge: str, **extra: str) -> dict[str, str]:
         return {
@@ -40,7 +46,7 @@ class Host:
             "code_challenge": challenge,
             "code_challenge_method": "S256",
             "scope": "memory.read memory.write",
-            "resource": RESOURCE,
+            "resource": self.resource,
             **extra,
         }
 
@@ -59,7 +65,7 @@ class Host:
         answer = self.consent(challenge, **kwargs)
         assert answer.status_code == 302, answer.content
         query = parse_qs(urlsplit(answer["Location"]).query)
-        assert query["state"] == ["s1"] and query["iss"] == [ORIGIN], query
+        assert query["state"] == ["s1"] and query["iss"] == [self.origin], query
         return query["code"][0]
 
     def token(self, code: str, verifier: str, **extra: str):
@@ -71,7 +77,7 @@ class Host:
                 "redirect_uri": self.redirect_uri,
                 "client_id": self.client_id,
                 "code_verifier": verifier,
-                "resource": RESOURCE,
+                "resource": self.resource,
                 **extra,
             },
         )
@@ -89,7 +95,7 @@ class Host:
                 "grant_type": "refresh_token",
                 "refresh_token": refresh_token,
                 "client_id": self.client_id,
-                "resource": RESOURCE,
+                "resource": self.resource,
             },
         )
 
@@ -108,3 +114,10 @@ def register(client, **metadata) -> dict:
 def host(client, owner) -> Host:
     client.force_login(owner)
     return Host(client=client, client_id=register(client)["client_id"])
+
+
+def host_at(client, person, origin: str, **metadata) -> Host:
+    """A host registered and consenting at `origin` (the test client sends its Host)."""
+    client.defaults["HTTP_HOST"] = origin.split("://", 1)[1]
+    client.force_login(person)
+    return Host(client=client, client_id=register(client, **metadata)["client_id"], origin=origin)
