@@ -14,11 +14,13 @@ COPY memory_app memory_app
 COPY profile_app profile_app
 COPY episodes_app episodes_app
 COPY agent_app agent_app
+COPY channels channels
+COPY oauth_app oauth_app
 COPY llm llm
-COPY manage.py gunicorn.conf.py ./
+COPY manage.py ./
 RUN pip install --no-cache-dir . && useradd --create-home ethan && mkdir -p /data \
     && chown ethan /data
 USER ethan
 
 EXPOSE 8000
-CMD ["gunicorn", "ethan_site.wsgi:application", "--bind", "0.0.0.0:8000"]
+CMD ["python", "manage.py", "ethan_serve", "--bind", "0.0.0.0:8000"]

@@ -17,7 +17,7 @@ TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USE
 	-u OPENAI_BASE_URL -u ANTHROPIC_BASE_URL -u GOOGLE_GEMINI_BASE_URL -u ETHAN_COMPRESSION_MODEL \
 	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY -u ETHAN_CACHE_URL ETHAN_HOME=$(CURDIR)/.test-home
 
-.PHONY: install chat test test-services lint format serve serve-mcp worker beat bench migrate clean
+.PHONY: install chat test test-services lint format serve worker beat bench migrate clean
 
 install: $(STAMP)
 
@@ -58,13 +58,10 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# Every door on one port, 127.0.0.1:8000 (ETHAN_BIND): the pages, /api, /v1, /mcp, the Lark
+# webhook and /healthz, one ASGI process under uvicorn (`ethan serve`; ethan_site.serve).
 serve: migrate
-	$(VENV)/bin/gunicorn ethan_site.wsgi:application --config gunicorn.conf.py \
-		--bind $${ETHAN_BIND:-127.0.0.1:8000} --workers $${WEB_CONCURRENCY:-2} --access-logfile -
-
-# The MCP server over streamable HTTP: http://127.0.0.1:8001/mcp (ETHAN_MCP_BIND); docs/mcp.md.
-serve-mcp: migrate
-	$(PY) manage.py ethan_mcp --http
+	$(VENV)/bin/ethan serve
 
 worker: migrate
 	$(VENV)/bin/celery -A ethan_site worker --queues memory,channels --loglevel INFO
@@ -73,8 +70,8 @@ beat: migrate
 	$(VENV)/bin/celery -A ethan_site beat --loglevel INFO
 
 # The quick benchmark set; each appends its results to docs/benchmarks.md. The first four run
-# embedded (SQLite); the last three start gunicorn, a Celery worker and a scratch PostgreSQL
-# database with Redis, like the services suite (first_delta also gunicorn on SQLite).
+# embedded (SQLite); the last three start the web server, a Celery worker and a scratch
+# PostgreSQL database with Redis, like the services suite (first_delta also on SQLite).
 bench: install
 	$(PY) -m bench.session_search --quick
 	$(PY) -m bench.import_speed --quick

@@ -53,7 +53,7 @@ class ClientConversation(models.Model):
     """Where a chat app's conversation stands in its session, for a client that sends the whole
     conversation with every request (POST /v1/chat/completions) and never a session id.
 
-    Two digests of the conversation as the client knows it (agent_app.openai_api.conversations):
+    Two digests of the conversation as the client knows it (channels.openai.conversations):
     `asked` through its latest user message, `shown` through the last thing it was sent (the
     reply, or that message when the turn failed). A request whose history digests to `shown`
     continues the session; one that digests to `asked` with its last message asks again."""

@@ -311,12 +311,20 @@ class TurnStream:
         self.question = question
         self._sync: Iterator[TurnEvent] | None = None
         self._async: AsyncIterator[TurnEvent] | None = None
+        self._ended: list[Callable[[], None]] = []
+
+    def on_end(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the turn has ended, however it is read or stopped (a door's
+        place under its caps, channels.turns)."""
+        self._ended.append(callback)
 
     @property
     def events(self) -> Iterator[TurnEvent]:
         if self._sync is None:
             assert self._async is None, "a turn is read one way only"
-            self._sync = turn_io.driven(_events(self.plan, self.session, self.token, turn_io.SYNC))
+            self._sync = turn_io.driven(
+                _events(self.plan, self.session, self.token, turn_io.SYNC, self._ended)
+            )
         return self._sync
 
     def __iter__(self) -> Iterator[TurnEvent]:
@@ -325,7 +333,7 @@ class TurnStream:
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
         if self._async is None:
             assert self._sync is None, "a turn is read one way only"
-            self._async = _events(self.plan, self.session, self.token, turn_io.ASYNC)
+            self._async = _events(self.plan, self.session, self.token, turn_io.ASYNC, self._ended)
         return self._async
 
     def close(self) -> None:
@@ -334,6 +342,7 @@ class TurnStream:
         if self._sync is not None:
             self._sync.close()
         _release(self.session, self.token)
+        _ended(self._ended)
 
     def finish(self) -> None:
         """Run the rest of the turn with nobody reading (a web client that left): the reply
@@ -490,10 +499,15 @@ class _Progress:
 
 
 async def _events(
-    plan: TurnPlan, session: ChatSession, token: str, io: turn_io.TurnIO
+    plan: TurnPlan,
+    session: ChatSession,
+    token: str,
+    io: turn_io.TurnIO,
+    ended: list[Callable[[], None]],
 ) -> AsyncIterator[TurnEvent]:
     """The turn, written once: every database step through `io.db`, the model through
-    `io.model` (turn_io: run in the caller's thread, or on an event loop)."""
+    `io.model` (turn_io: run in the caller's thread, or on an event loop). `ended` is called
+    when it ends, whatever stopped it."""
     released = False
     progress = _Progress()
     try:
@@ -534,8 +548,16 @@ async def _events(
         released = True
         yield last
     finally:
-        if not released:  # stopped early (Ctrl-C, an error): the claim is given back all the same
-            await io.db(_release, session, token)
+        try:
+            if not released:  # stopped early (Ctrl-C, an error): the claim is given back too
+                await io.db(_release, session, token)
+        finally:
+            _ended(ended)
+
+
+def _ended(callbacks: list[Callable[[], None]]) -> None:
+    while callbacks:
+        callbacks.pop(0)()
 
 
 async def _answer(

@@ -14,7 +14,9 @@ and the model: two drivers of the same code.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager, suppress
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -41,24 +43,41 @@ class _SyncIO:
         return step(*args, **kwargs)
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
-        return _Unsuspending(llm.stream(**request))
+        return unsuspending(llm.stream(**request))
 
 
 class _AsyncIO:
     async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await sync_to_async(_in_pool, thread_sensitive=False)(step, *args, **kwargs)
+        # A step is never cut in half: a turn stopped while one runs (a shutdown's limit)
+        # waits for it to end, then stops. The thread would finish it anyway; waiting lets
+        # the turn know what it stored.
+        running = asyncio.ensure_future(
+            sync_to_async(_in_pool, thread_sensitive=False)(step, *args, **kwargs)
+        )
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            with suppress(Exception):
+                await running
+            raise
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
         return llm.astream(**request)
 
 
 def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """A database step on a pool thread, which no request's end ever tidies: its connection
-    is checked before (one that broke or outlived CONN_MAX_AGE is replaced) and after, as
-    Django does around a request."""
+    with pooled_connection():
+        return step(*args, **kwargs)
+
+
+@contextmanager
+def pooled_connection() -> Iterator[None]:
+    """Database work on a pool thread, which no request's end ever tidies: its connection is
+    checked before (one that broke or outlived CONN_MAX_AGE is replaced) and after, as Django
+    does around a request."""
     close_old_connections()
     try:
-        return step(*args, **kwargs)
+        yield
     finally:
         close_old_connections()
 
@@ -67,10 +86,14 @@ SYNC: TurnIO = _SyncIO()
 ASYNC: TurnIO = _AsyncIO()
 
 
-class _Unsuspending:
+def unsuspending(events: Iterator[T]) -> AsyncIterator[T]:
     """A sync iterator seen as an async one whose steps never suspend (each __anext__ returns
-    at once, after the blocking next())."""
+    at once, after the blocking next()): async code reading it can be run by hand, with no
+    event loop (driven, run_unsuspended)."""
+    return _Unsuspending(events)
 
+
+class _Unsuspending:
     def __init__(self, events: Iterator[StreamEvent]):
         self.events = events
 
@@ -96,16 +119,16 @@ def driven(events: AsyncIterator[T]) -> Iterator[T]:
     try:
         while True:
             try:
-                event = _run(events.__anext__())
+                event = run_unsuspended(events.__anext__())
             except StopAsyncIteration:
                 return
             yield event
     finally:
-        _run(events.aclose())
+        run_unsuspended(events.aclose())
 
 
-def _run(step: Any) -> Any:
-    """Run a coroutine that never suspends to its result."""
+def run_unsuspended(step: Any) -> Any:
+    """Run a coroutine that never suspends (it awaits only SYNC's steps) to its result."""
     try:
         step.send(None)
     except StopIteration as done:

@@ -1,6 +1,16 @@
-"""ASGI entry point, for servers such as uvicorn: `uvicorn ethan_site.asgi:application`."""
+"""The one ASGI application behind every door: Django (the pages, the admin, /api, /v1, the Lark
+webhook, /healthz) and the MCP SDK's streamable HTTP app at /mcp, in one process.
 
+`make serve` runs it under uvicorn (ethan_site.serve, `ethan serve`); any ASGI server can:
+`uvicorn ethan_site.asgi:application`. Its lifespan starts the MCP session manager and, at
+shutdown, lets the turns still running finish for up to ETHAN_DRAIN_SECONDS (channels.turns).
+"""
+
+from __future__ import annotations
+
+import asyncio
 import os
+import time
 
 from django.core.asgi import get_asgi_application
 
@@ -10,4 +20,77 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
 
-application = get_asgi_application()
+django_application = get_asgi_application()
+
+# Imported once Django is set up: they use its settings and models.
+from django.conf import settings  # noqa: E402
+from starlette.types import Message, Receive, Scope, Send  # noqa: E402
+
+from agent_app.mcp_server.server import http_app  # noqa: E402
+from channels.turns import TURNS  # noqa: E402
+
+MCP_PATH = "/mcp"
+
+
+class Doors:
+    """Routes each request to Django or to the MCP app, and runs the lifespan of both."""
+
+    def __init__(self) -> None:
+        host, _, port = settings.ETHAN_BIND.rpartition(":")
+        self.mcp = http_app(host=host.strip("[]") or "127.0.0.1", port=int(port or 8000))
+        # Set when the server stops: MCP hosts' open event streams end (they reconnect to
+        # the next server), so they do not hold the shutdown for its whole limit.
+        self.stopping: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
+            if scope["type"] == "http" and scope["method"] == "GET" and self.stopping:
+                receive = self._until_stopping(receive)
+            await self.mcp(scope, receive, send)
+            return
+        await django_application(scope, receive, send)
+
+    def stop(self) -> None:
+        """The server was told to stop (SIGTERM): no new turn is taken, open MCP event streams
+        end. Safe to call from a signal handler."""
+        TURNS.stop_admitting(time.monotonic() + settings.ETHAN_DRAIN_SECONDS)
+        if self.loop is not None and self.stopping is not None:
+            self.loop.call_soon_threadsafe(self.stopping.set)
+
+    def _until_stopping(self, receive: Receive) -> Receive:
+        stopping = self.stopping
+
+        async def receive_or_stop() -> Message:
+            asked = asyncio.ensure_future(receive())
+            stop = asyncio.ensure_future(stopping.wait())
+            await asyncio.wait({asked, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if asked.done():
+                stop.cancel()
+                return asked.result()
+            asked.cancel()
+            return {"type": "http.disconnect"}
+
+        return receive_or_stop
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The MCP app's lifespan (its session manager), with the turns' drain before its
+        shutdown."""
+        self.loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+
+        async def receive_then_drain() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                self.stop()
+                await TURNS.drain()
+            return message
+
+        await self.mcp(scope, receive_then_drain, send)
+
+
+application = Doors()

@@ -7,6 +7,7 @@
     ethan token [--reset]          your API token, for a chat app (/v1), the API, MCP over HTTP
     ethan password                 set your password for the pages (/memory/, /profile/)
     ethan mcp [--http]             your memory for an MCP host over stdio (--http: at /mcp)
+    ethan serve [--bind HOST:PORT]   every door on one port: pages, /api, /v1, /mcp, Lark
     ethan import|export [--home DIR]   from or to the original CLI's folder
     ethan import --from chatgpt|claude PATH   your history from another assistant, then learnt
     ethan manage COMMAND [...]     any manage.py command (migrate, createsuperuser, ...)
@@ -34,6 +35,7 @@ SUBCOMMANDS = {
     "token": "ethan_token",
     "password": "ethan_password",
     "mcp": "ethan_mcp",
+    "serve": "ethan_serve",
 }
 
 

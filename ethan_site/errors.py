@@ -28,6 +28,7 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig, Suspicio
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.utils.deprecation import MiddlewareMixin
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
 from ethan_site.api import openai_error
@@ -47,7 +48,7 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*)
 MASK = "********************"
 
 
-# The OpenAI-compatible endpoint (agent_app.openai_api): errors in OpenAI's shape.
+# The OpenAI-compatible endpoint (channels.openai): errors in OpenAI's shape.
 OPENAI_PREFIX = "/v1/"
 
 
@@ -66,20 +67,17 @@ def _error(request: HttpRequest, status: int, detail: str) -> JsonResponse:
     return json_error(status, detail)
 
 
-class JsonErrorsMiddleware:
-    """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/."""
+class JsonErrorsMiddleware(MiddlewareMixin):
+    """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/. Sync
+    and async (MiddlewareMixin): under ASGI no request is sent into a thread by it."""
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
         if not wants_json(request):
-            return self.get_response(request)
-        refused = self._body_refused(request)
-        if refused is not None:
-            return refused
-        response = self.get_response(request)
-        if response.status_code >= 400 and not _is_json(response):
+            return None
+        return self._body_refused(request)
+
+    def process_response(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        if wants_json(request) and response.status_code >= 400 and not _is_json(response):
             response = self._as_json(request, response)
         return response
 

@@ -108,7 +108,7 @@ MIDDLEWARE = [
     # Outermost: every error under /api/, /lark/, /v1/ and /mcp is JSON, whatever raised it.
     "ethan_site.errors.JsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "ethan_site.static_files.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -298,6 +298,8 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
 ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
 ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
+# Where the web server (`ethan serve`, `make serve`) listens: every door, /mcp included.
+ETHAN_BIND = _config.get("ETHAN_BIND", "127.0.0.1:8000", str)
 # The MCP server over streamable HTTP (`ethan mcp --http`): where it listens. Its URL is
 # http://HOST:PORT/mcp.
 ETHAN_MCP_BIND = _config.get("ETHAN_MCP_BIND", "127.0.0.1:8001", str)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.http import HttpRequest, HttpResponse
+from django.utils.deprecation import MiddlewareMixin
 
 from ethan_site.throttles import LoginThrottle, SignInThrottled
 
@@ -35,14 +36,9 @@ class SignInThrottleBackend(BaseBackend):
         return ModelBackend().get_user(user_id)
 
 
-class SignInThrottleMiddleware:
-    """A refused sign-in on a page: the same page's empty form, the wait as a message, 429."""
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+class SignInThrottleMiddleware(MiddlewareMixin):
+    """A refused sign-in on a page: the same page's empty form, the wait as a message, 429.
+    Sync and async (MiddlewareMixin): under ASGI no request is sent into a thread by it."""
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not isinstance(exc, SignInThrottled):

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agent_app.home_page import home
 from agent_app.lark.webhook import lark_webhook
+from channels import urls as doors
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
 
@@ -14,13 +15,15 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
     path("memory/", include("agent_app.memory_page.urls")),
+    # The turn's doors (channels/): POST /api/chat, and /v1 below.
+    path("api/", include(doors.api)),
     path("api/", include("agent_app.urls")),
     path("api/", include("sessions_app.urls")),
     path("api/", include("memory_app.urls")),
     path("api/", include("profile_app.urls")),
     path("api/", include("episodes_app.urls")),
     # The OpenAI-compatible endpoint, for chat apps: base URL http://host:8000/v1.
-    path("v1/", include("agent_app.openai_api.urls")),
+    path("v1/", include(doors.v1)),
     path("api/schema", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("lark/webhook", lark_webhook, name="lark-webhook"),

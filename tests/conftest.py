@@ -102,7 +102,7 @@ def run_manage(args: list[str], home: Path, stdin: str = "", **extra: str):
 
 @pytest.fixture
 def paced_openai():
-    """An OpenAI fake of its own, for a served home (tests.gunicorn_server) to call."""
+    """An OpenAI fake of its own, for a served home (tests.web_server) to call."""
     from tests.fakes.openai_fake import FakeOpenAI
 
     fake = FakeOpenAI()

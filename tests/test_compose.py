@@ -16,7 +16,7 @@ from django.conf import settings
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APP_SERVICES = ("web", "mcp", "worker", "beat")
+APP_SERVICES = ("web", "worker", "beat")
 # What an operator puts in .env: the three secrets compose requires.
 ENV = {
     "DJANGO_SECRET_KEY": "secret-key-from-env",
@@ -80,20 +80,25 @@ def option(argv: list[str], *names: str) -> str:
 
 
 def test_every_service_is_there_with_a_healthcheck():
-    assert set(SERVICES) >= {"web", "mcp", "worker", "beat", "redis", "postgres"}
+    assert set(SERVICES) >= {"web", "worker", "beat", "redis", "postgres"}
     for name, service in SERVICES.items():
         assert service["healthcheck"]["test"], name
         for dependency in service.get("depends_on", {}):
             assert dependency in SERVICES, (name, dependency)
 
 
-def test_web_runs_migrations_then_gunicorn_on_the_wsgi_app():
+def test_web_runs_migrations_then_the_one_server():
     command = SERVICES["web"]["command"]
     assert "manage.py migrate --noinput" in command
-    target = re.search(r"gunicorn (\S+)", command).group(1)
-    from django.core.handlers.wsgi import WSGIHandler
+    argv = words(words(command)[-1].split("&&")[-1])
+    assert argv[:3] == ["python", "manage.py", "ethan_serve"]
+    from django.core.management import load_command_class
 
-    assert isinstance(resolve(target, ":"), WSGIHandler)
+    load_command_class("ethan_site", argv[2])  # the command exists
+    assert option(argv, "--bind") == "0.0.0.0:8000"
+    # compose's stop waits longer than the server lets replies finish.
+    grace = int(SERVICES["web"]["stop_grace_period"].rstrip("s"))
+    assert grace > settings.ETHAN_DRAIN_SECONDS
 
 
 def test_worker_and_beat_use_the_project_celery_app():
@@ -158,17 +163,13 @@ def test_ports_are_published_on_loopback_unless_told_otherwise():
     published = {name: service.get("ports", []) for name, service in rendered().items()}
     assert published == {
         "web": ["127.0.0.1:8000:8000"],
-        "mcp": ["127.0.0.1:8001:8001"],
         "worker": [],
         "beat": [],
         "postgres": [],
         "redis": [],
     }
     chosen = rendered(ETHAN_PUBLISH_ADDRESS="192.0.2.10")
-    assert (chosen["web"]["ports"], chosen["mcp"]["ports"]) == (
-        ["192.0.2.10:8000:8000"],
-        ["192.0.2.10:8001:8001"],
-    )
+    assert chosen["web"]["ports"] == ["192.0.2.10:8000:8000"]
 
 
 def test_the_image_contains_every_package():
@@ -183,17 +184,6 @@ def test_the_image_contains_every_package():
             assert package in copied, f"{package} is not copied into the image"
 
 
-def test_mcp_serves_streamable_http_with_its_health_on_the_published_port():
-    from django.core.management import load_command_class
-
-    argv = words(SERVICES["mcp"]["command"])
-    assert argv[:3] == ["python", "manage.py", "ethan_mcp"] and "--http" in argv
-    load_command_class("agent_app", argv[2])  # the command exists
-    port = option(argv, "--bind").rpartition(":")[2]
-    assert f"127.0.0.1:{port}:{port}" in rendered()["mcp"]["ports"]
-    assert f"127.0.0.1:{port}/healthz" in " ".join(SERVICES["mcp"]["healthcheck"]["test"])
-
-
 @pytest.mark.services
 def test_compose_redis_command_and_healthcheck_on_a_real_redis(tmp_path):
     """The redis service's own command on this machine's redis-server (compose runs redis:7):
@@ -204,7 +194,7 @@ def test_compose_redis_command_and_healthcheck_on_a_real_redis(tmp_path):
 
     import redis as redis_py
 
-    from tests.gunicorn_server import free_port
+    from tests.web_server import free_port
 
     service = rendered()["redis"]
     port = free_port()

@@ -21,6 +21,7 @@ PACKAGES = (
     "profile_app",
     "episodes_app",
     "agent_app",
+    "channels",
 )
 
 # ethan_site is two things: the composition root (settings, urls, celery, wsgi… which import the
@@ -36,10 +37,10 @@ SHARED = {
     "ethan_site.throttles",
 }
 
-# Which top-level package may import which at module level ("Imports point one way: agent_app →
-# the four layer apps → llm; memory_app may use sessions_app and profile_app; episodes_app may
-# use sessions_app; sessions_app and profile_app use neither of the others"). "shared" is the
-# SHARED modules above; every package may also import itself.
+# Which top-level package may import which at module level ("Imports point one way: channels →
+# agent_app → the four layer apps → llm; memory_app may use sessions_app and profile_app;
+# episodes_app may use sessions_app; sessions_app and profile_app use neither of the others").
+# "shared" is the SHARED modules above; every package may also import itself.
 ALLOWED = {
     "llm": set(),
     "shared": {"llm"},
@@ -48,6 +49,16 @@ ALLOWED = {
     "memory_app": {"sessions_app", "profile_app", "llm", "shared"},
     "episodes_app": {"sessions_app", "llm", "shared"},
     "agent_app": {"sessions_app", "memory_app", "profile_app", "episodes_app", "llm", "shared"},
+    # The doors: thin adapters above the turn (channels/); nothing below imports them.
+    "channels": {
+        "agent_app",
+        "sessions_app",
+        "memory_app",
+        "profile_app",
+        "episodes_app",
+        "llm",
+        "shared",
+    },
 }
 
 

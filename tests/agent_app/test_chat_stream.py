@@ -12,7 +12,7 @@ from django.core.signals import request_finished
 from django.db import close_old_connections
 
 from sessions_app.models import ChatSession, Message
-from tests.gunicorn_server import stored_contents
+from tests.web_server import stored_contents
 
 pytestmark = pytest.mark.django_db
 
@@ -161,7 +161,7 @@ def test_a_model_failing_mid_stream_stores_no_half_reply(api_for, owner, fakes):
     assert Message.objects.filter(role="assistant", content__startswith="a long").count() == 0
 
 
-# --- over a real socket, under gunicorn as `make serve` runs it ----------------------------------
+# --- over a real socket, under the server as `make serve` runs it ------------------------------
 
 ANSWER = "Streaming means the first words arrive while the model is still writing the rest."
 
@@ -183,8 +183,8 @@ def _stream_request(server, token: str, body: dict):
 
 @pytest.fixture
 def served(tmp_path, paced_openai):
-    """gunicorn on a home of its own, its model the OpenAI fake: (server, token)."""
-    from tests.gunicorn_server import served_on_openai_fake
+    """The server on a home of its own, its model the OpenAI fake: (server, token)."""
+    from tests.web_server import served_on_openai_fake
 
     with served_on_openai_fake(tmp_path / "home", paced_openai) as served:
         yield served

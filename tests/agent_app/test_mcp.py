@@ -19,7 +19,6 @@ from memory_app.models import Fact, FactEvent, Procedure
 from profile_app.models import ProfileRevision, ProfileSection
 from sessions_app.models import ChatSession
 from tests.conftest import ROOT, clean_env
-from tests.gunicorn_server import api_token, migrated_home
 from tests.mcp_client import (
     CLIENT_NAME,
     INITIALIZE,
@@ -31,6 +30,7 @@ from tests.mcp_client import (
     served_in_thread,
     structured,
 )
+from tests.web_server import api_token, migrated_home
 
 TOOLS = {
     "memory_search",

@@ -14,8 +14,8 @@ import openai
 import pexpect
 
 from tests.conftest import ROOT, clean_env, run_ethan
-from tests.gunicorn_server import Server, gunicorn, migrated_home
 from tests.mcp_client import over_stdio, structured
+from tests.web_server import Server, migrated_home, web_server
 
 # Who the OS says is logged in (getpass reads LOGNAME first): no ETHAN_USER, no --user.
 LOGIN = {"LOGNAME": "ada"}
@@ -57,7 +57,7 @@ def test_the_quickstart_is_one_person_at_every_door(tmp_path):
         "Password set. Sign in at /accounts/login/ as ada.\n",
     )
 
-    with gunicorn(home) as server:
+    with web_server(home) as server:
         # A chat app: the /v1 base URL and that token.
         chat_app = openai.OpenAI(
             base_url=f"http://127.0.0.1:{server.port}/v1",

@@ -1,6 +1,6 @@
 """/v1/chat/completions and /v1/models through the official openai SDK, over a real loopback
 socket (pytest-django's live server, on the test database), the turn's model a loopback fake or
-the offline model. Under gunicorn at the end, as `make serve` runs it."""
+the offline model. Under the server at the end, as `make serve` runs it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from agent_app.models import ClientConversation
 from memory_app.models import Fact
 from memory_app.services import fact_write
 from sessions_app.models import ChatSession, Message
-from tests.gunicorn_server import stored_contents
 from tests.live_client import server_activity, settling_client
+from tests.web_server import stored_contents
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -737,15 +737,15 @@ def test_ethan_uses_the_sessions_model_else_the_persons_default(client_for, owne
     assert completion.model == "ethan/offline"
 
 
-# --- under gunicorn, as `make serve` runs it --------------------------------------------------
+# --- under the server, as `make serve` runs it ------------------------------------------------
 
 ANSWER = "Streaming means the first words arrive while the model is still writing the rest."
 
 
 @pytest.fixture
 def served(tmp_path, paced_openai):
-    """gunicorn on a home of its own, its model the OpenAI fake: (server, openai client)."""
-    from tests.gunicorn_server import served_on_openai_fake
+    """The server on a home of its own, its model the OpenAI fake: (server, openai client)."""
+    from tests.web_server import served_on_openai_fake
 
     with served_on_openai_fake(tmp_path / "home", paced_openai) as (server, token):
         client = openai.OpenAI(
@@ -754,7 +754,9 @@ def served(tmp_path, paced_openai):
         yield server, client
 
 
-def test_under_gunicorn_the_first_words_arrive_before_the_model_has_finished(served, paced_openai):
+def test_under_the_server_the_first_words_arrive_before_the_model_has_finished(
+    served, paced_openai
+):
     import time
 
     server, client = served
@@ -776,7 +778,7 @@ def test_under_gunicorn_the_first_words_arrive_before_the_model_has_finished(ser
     assert request.streamed and len(request.chunk_times) > 10
     assert first_words_at < request.chunk_times[-1]
     assert stored_contents(server.home, "assistant") == [ANSWER]
-    # The conversation goes on in the same session, under gunicorn too.
+    # The conversation goes on in the same session, under the server too.
     paced_openai.reply(paced_openai.text("Yes."))
     client.chat.completions.create(
         model="ethan/gpt-4o",
@@ -789,7 +791,7 @@ def test_under_gunicorn_the_first_words_arrive_before_the_model_has_finished(ser
     assert stored_contents(server.home, "user") == ["what is streaming?", "got it?"]
 
 
-def test_under_gunicorn_a_client_that_leaves_mid_stream_still_gets_its_turn_kept(
+def test_under_the_server_a_client_that_leaves_mid_stream_still_gets_its_turn_kept(
     served, paced_openai
 ):
     """The reply is stored and the conversation recorded: the same conversation sent next

@@ -143,7 +143,8 @@ def test_api_answers_409_and_stores_nothing(api_for, owner, make_session, llm_co
     )
     assert response.status_code == 409
     assert response.json() == {
-        "detail": "another reply on this session is still being written; nothing was stored: retry",
+        "detail": "another reply in this conversation is still being written; nothing was stored: "
+        "retry",
         "session_id": session.pk,
         "retryable": True,
     }

@@ -108,7 +108,7 @@ def _user_messages(home, session_ids) -> int:
 
 
 def test_the_core_measures_both_endpoints_under_gunicorn(tmp_path):
-    from tests.gunicorn_server import api_token, gunicorn
+    from tests.web_server import api_token, web_server
 
     model = PacedModel(first_chunk_ms=5, chunk_ms=0)
     home = tmp_path / "home"
@@ -119,7 +119,7 @@ def test_the_core_measures_both_endpoints_under_gunicorn(tmp_path):
         "ETHAN_API_RATE": openai_compat.API_RATE,
     }
     try:
-        with gunicorn(home, **env) as server:
+        with web_server(home, **env) as server:
             base_url = f"http://127.0.0.1:{server.port}"
             throughput = openai_compat.measure_throughput(
                 base_url=base_url,

@@ -1,7 +1,7 @@
-"""Access logs hold paths, never query strings (what people search for is theirs): gunicorn as
-`make serve` and docker-compose run it, and the servers that log through Python's logging
-(uvicorn under `ethan mcp --http`, Django's runserver). Each is a real server on a loopback
-port, its log read after it stopped."""
+"""Access logs hold paths, never query strings (what people search for is theirs): the server
+as `make serve` and docker-compose run it, `ethan mcp --http` and Django's runserver, all of
+which log through Python's logging. Each is a real server on a loopback port, its log read
+after it stopped."""
 
 from __future__ import annotations
 
@@ -18,47 +18,40 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, clean_env
-from tests.gunicorn_server import api_token, free_port, gunicorn, migrated_home
+from tests.web_server import api_token, free_port, migrated_home, web_server
 
 SECRET = "secretword"
 
 
-def gunicorn_argv(command: str) -> list[str]:
-    argv = shlex.split(command)
-    return argv[argv.index("gunicorn") :]
-
-
 def serve_commands() -> dict[str, list[str]]:
-    """The gunicorn command lines of `make serve` and docker-compose's web service."""
+    """The server command lines of `make serve` and docker-compose's web service."""
     recipe = re.search(r"^serve:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
-    make = gunicorn_argv(recipe.group(1).replace("\\\n", " ").replace("$(VENV)/bin/", ""))
+    make = shlex.split(recipe.group(1).replace("\\\n", " ").replace("$(VENV)/bin/", ""))
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     web = shlex.split(compose["services"]["web"]["command"])[-1]  # sh -c "…"
-    return {"make serve": make, "compose web": gunicorn_argv(web.split("&&")[-1])}
+    return {"make serve": make, "compose web": shlex.split(web.split("&&")[-1])}
 
 
-def test_make_serve_and_compose_run_gunicorn_on_the_project_config():
-    for name, argv in serve_commands().items():
-        assert argv[argv.index("--config") + 1] == "gunicorn.conf.py", name
-        assert argv[argv.index("--access-logfile") + 1] == "-", name
-    # The image holds the file, where compose's command (in WORKDIR /app) finds it.
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^COPY .*\bgunicorn\.conf\.py\b.* \./$", dockerfile, re.M)
+def test_make_serve_and_compose_run_the_one_server():
+    commands = serve_commands()
+    assert commands["make serve"] == ["ethan", "serve"]
+    assert commands["compose web"][:3] == ["python", "manage.py", "ethan_serve"]
 
 
-def test_gunicorn_access_log_has_the_path_without_the_query(tmp_path):
+def test_the_server_access_log_has_the_path_without_the_query(tmp_path):
     home = migrated_home(tmp_path / "home")
     token = api_token(home, "ada")
-    # The flag `make serve` and compose add to the config both use (checked above).
-    with gunicorn(home, GUNICORN_CMD_ARGS="--access-logfile -") as server:
+    with web_server(home) as server:
         search = server.request(
             "GET",
             f"/api/sessions?q={SECRET}",
             headers={"Authorization": f"Token {token}", "Referer": f"http://x/memory/?q={SECRET}"},
         )
-    assert search.status == 200
+        mcp = server.request("GET", f"/mcp?q={SECRET}")
+    assert (search.status, mcp.status) == (200, 401)
+    server.process.wait(timeout=30)  # stopped: its log is complete
     log = server.log()
-    assert re.search(r'"GET /api/sessions HTTP/1\.1" 200 \d+ \d+ms', log), log[-2000:]
+    assert '"GET /api/sessions HTTP/1.1" 200' in log and '"GET /mcp HTTP/1.1" 401' in log, log
     assert SECRET not in log
 
 

@@ -1,4 +1,4 @@
-"""Hostile requests over a real socket (gunicorn, as `make serve` runs it), with debug on and
+"""Hostile requests over a real socket (the web server, as `make serve` runs it), with debug on and
 off: no secret in any answer, JSON errors on every machine-facing URL, nothing written."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from agent_app.lark.crypto import signature
-from tests.gunicorn_server import api_token, gunicorn, migrated_home
+from tests.web_server import api_token, migrated_home, web_server
 
 # Every kind of secret the server holds, configured the way an operator would.
 SECRETS = {
@@ -29,7 +29,7 @@ DEEP = "[" * 50_000 + "]" * 50_000
 
 
 def assert_no_secret(answer) -> None:
-    seen = answer.text + json.dumps(answer.headers)
+    seen = answer.text + json.dumps(dict(answer.headers))
     leaked = [value for value in SECRET_VALUES if value in seen]
     assert leaked == [], f"{answer.status}: leaked {leaked}"
 
@@ -55,7 +55,7 @@ def test_no_secret_in_any_error_answer_with_debug_on_and_off(tmp_path, debug):
     """A database without its tables makes real 500s (the login form) and 503s (the API);
     the webhook gets the shapes that used to reach Django's debug page."""
     env = {**SECRETS, "CELERY_BROKER_URL": BROKER_URL, "DJANGO_DEBUG": debug}
-    with gunicorn(tmp_path / "home", **env) as server:
+    with web_server(tmp_path / "home", **env) as server:
         login_page = server.request("GET", "/accounts/login/")
         cookie = login_page.headers["Set-Cookie"].split(";", 1)[0]
         csrf = cookie.split("=", 1)[1]
@@ -126,7 +126,7 @@ def test_deeply_nested_json_on_every_write_endpoint_is_400_and_writes_nothing(tm
     home = migrated_home(tmp_path / "home")
     token = api_token(home, "ada")
     auth = {**JSON, "Authorization": f"Token {token}"}
-    with gunicorn(home, DJANGO_DEBUG=debug) as server:
+    with web_server(home, DJANGO_DEBUG=debug) as server:
         fact = server.request("POST", "/api/facts", '{"content": "likes tea"}', auth).json()
         before = _counts(home)
         answers = [
@@ -146,12 +146,12 @@ def test_deeply_nested_json_on_every_write_endpoint_is_400_and_writes_nothing(tm
     assert _counts(home) == before
 
 
-def test_the_api_throttle_is_shared_by_every_gunicorn_worker(tmp_path):
+def test_the_api_throttle_is_shared_by_every_server_process(tmp_path):
     """Three workers at 10/min: 10 requests through, not 10 per worker (the file cache
     here; the services suite runs the same on Redis)."""
     home = migrated_home(tmp_path / "home")
     token = api_token(home, "ada")
-    with gunicorn(home, workers=3, ETHAN_API_RATE="10/min") as server:
+    with web_server(home, workers=3, ETHAN_API_RATE="10/min") as server:
         statuses = [
             server.request("GET", "/api/facts", headers={"Authorization": f"Token {token}"}).status
             for _ in range(40)
@@ -171,14 +171,14 @@ def test_the_api_throttle_is_shared_by_every_gunicorn_worker(tmp_path):
         ("ETHAN_CACHE_URL", "memcached://x", "use a redis:// URL"),
     ],
 )
-def test_a_bad_setting_stops_gunicorn_with_one_line(tmp_path, name, value, says):
+def test_a_bad_setting_stops_the_server_with_one_line(tmp_path, name, value, says):
     import subprocess
     import sys
 
     from tests.conftest import ROOT, clean_env
 
     result = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "--bind", "127.0.0.1:0"],
+        [sys.executable, "manage.py", "ethan_serve", "--bind", "127.0.0.1:0"],
         cwd=ROOT,
         env=clean_env(tmp_path, **{name: value}),
         capture_output=True,
@@ -187,6 +187,6 @@ def test_a_bad_setting_stops_gunicorn_with_one_line(tmp_path, name, value, says)
     )
     assert result.returncode == 1
     [line] = [line for line in result.stderr.splitlines() if "configuration error" in line]
-    assert line.startswith(f"gunicorn: configuration error: {name} from environment variable")
+    assert line.startswith(f"ethan: configuration error: {name} from environment variable")
     assert says in line
     assert "Traceback" not in result.stderr

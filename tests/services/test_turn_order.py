@@ -114,7 +114,8 @@ def test_a_turn_that_cannot_get_the_session_in_time_is_409_and_writes_nothing(
     [answered] = [response for response in answers if response.status_code == 200]
     [refused] = [response for response in answers if response.status_code == 409]
     assert refused.json() == {
-        "detail": "another reply on this session is still being written; nothing was stored: retry",
+        "detail": "another reply in this conversation is still being written; nothing was stored: "
+        "retry",
         "session_id": session.pk,
         "retryable": True,
     }

@@ -1,5 +1,6 @@
-"""Ethan under gunicorn in a child process, as `make serve` runs it, for tests that must go
-over a real socket (hostile bodies, error pages, throttling shared by several workers)."""
+"""Ethan's web server in a child process, as `make serve` runs it (`ethan serve`: the ASGI
+application under uvicorn), for tests that must go over a real socket (hostile bodies, error
+pages, throttling shared by several workers, streams cut off, a shutdown)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from requests.structures import CaseInsensitiveDict
 
 from tests.conftest import ROOT, clean_env, run_ethan, run_manage
 
@@ -28,7 +31,7 @@ def free_port() -> int:
 @dataclass
 class Answer:
     status: int
-    headers: dict[str, str]
+    headers: CaseInsensitiveDict
     body: bytes
 
     @property
@@ -44,6 +47,7 @@ class Server:
     port: int
     home: Path
     log_path: Path
+    process: subprocess.Popen
 
     def request(
         self,
@@ -60,7 +64,9 @@ class Server:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 connection.request(method, path, body=body, headers=headers or {})
             response = connection.getresponse()
-            return Answer(response.status, dict(response.getheaders()), response.read())
+            # Header names as sent (uvicorn sends them in lower case), found whatever their case.
+            headers = CaseInsensitiveDict(response.getheaders())
+            return Answer(response.status, headers, response.read())
         finally:
             connection.close()
 
@@ -82,17 +88,17 @@ def api_token(home: Path, name: str, **env: str) -> str:
 
 
 @contextlib.contextmanager
-def gunicorn(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
-    """gunicorn on a free loopback port with the repository's gunicorn.conf.py, on `home`."""
+def web_server(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
+    """`ethan serve` on a free loopback port, on `home`; stopped with SIGTERM at the end."""
     port = free_port()
-    log_path = home / f"gunicorn-{port}.log"
+    log_path = home / f"server-{port}.log"
     home.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "gunicorn",
+                "manage.py",
+                "ethan_serve",
                 "--bind",
                 f"127.0.0.1:{port}",
                 "--workers",
@@ -103,19 +109,19 @@ def gunicorn(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    server = Server(port=port, home=home, log_path=log_path)
+    server = Server(port=port, home=home, log_path=log_path, process=process)
     try:
         deadline = time.monotonic() + START_SECONDS
         while True:
             if process.poll() is not None:
-                raise AssertionError(f"gunicorn exited:\n{server.log()[-3000:]}")
+                raise AssertionError(f"the server exited:\n{server.log()[-3000:]}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise AssertionError(
-                        f"gunicorn did not start:\n{server.log()[-3000:]}"
+                        f"the server did not start:\n{server.log()[-3000:]}"
                     ) from None
                 time.sleep(0.1)
         yield server
@@ -129,13 +135,13 @@ def gunicorn(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def served_on_openai_fake(home: Path, fake) -> Iterator[tuple[Server, str]]:
-    """gunicorn on a migrated home of its own, its model the OpenAI fake `fake`, and an API
-    token for the person "ada": (server, token)."""
+def served_on_openai_fake(home: Path, fake, **env: str) -> Iterator[tuple[Server, str]]:
+    """The web server on a migrated home of its own, its model the OpenAI fake `fake`, and an
+    API token for the person "ada": (server, token)."""
     migrated_home(home)
     token = api_token(home, "ada")
-    env = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": f"{fake.url}/v1"}
-    with gunicorn(home, **env) as server:
+    env = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": f"{fake.url}/v1", **env}
+    with web_server(home, **env) as server:
         yield server, token
 
 

@@ -14,40 +14,29 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DatabaseError
-from django.http import Http404, StreamingHttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agent_app.apis import failed_status
-from agent_app.openai_api.conversations import (
+from agent_app.turn import Delta, Done, Failed, Started, ToolCalled, TurnEvent, turn_plan
+from agent_app.turn_io import TurnIO
+from channels.openai.conversations import (
     ClientChat,
     ConversationError,
     chat_read,
     conversation_place,
     conversation_record,
 )
-from agent_app.openai_api.names import ModelName, UnknownModelName, model_name_parse, model_names
-from agent_app.turn import (
-    Delta,
-    Done,
-    Failed,
-    Started,
-    ToolCalled,
-    TurnEvent,
-    TurnInputError,
-    TurnStream,
-    turn_plan,
-    turn_start,
-)
+from channels.openai.names import ModelName, UnknownModelName, model_name_parse, model_names
+from channels.turns import TURN_REFUSALS, failure, refusal, turn_open
+from channels.web import TurnAnswer
 from ethan_site.api import BearerTokenAuthentication, exception_handler, openai_error
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
-from sessions_app.services import SessionBusy
 
 log = logging.getLogger(__name__)
 
@@ -168,51 +157,42 @@ class CompletionInput(serializers.Serializer):
     functions = serializers.JSONField(required=False, allow_null=True)
 
 
-class SentReply:
+async def _sent(
+    events: AsyncIterator[TurnEvent],
+    io: TurnIO,
+    *,
+    owner: AbstractBaseUser,
+    session: ChatSession,
+    chat: ClientChat,
+) -> AsyncIterator[TurnEvent]:
     """The turn's events as the client gets them, and the conversation recorded at its end.
 
     What the client is sent is the text of every model step, joined by STEP_BREAK (a reply
     may have words before a memory tool and after it); that text, as sent, is what the
-    conversation rule remembers, since it is what the client will send back as history.
-    Draining it (a client that went away) still runs the turn to its end and records it."""
-
-    def __init__(self, turn: TurnStream, *, owner: AbstractBaseUser, chat: ClientChat):
-        self.turn = turn
-        self.owner = owner
-        self.chat = chat
-        self.events = self._events()
-
-    def _events(self) -> Iterator[TurnEvent]:
-        sent: list[str] = []
-        step_break = False
-        for event in self.turn:
-            if isinstance(event, Delta):
-                text = STEP_BREAK + event.text if step_break and sent else event.text
-                step_break = False
-                sent.append(text)
-                yield Delta(text=text)
-            elif isinstance(event, ToolCalled):
-                step_break = True
-            elif isinstance(event, Done):
-                if not sent and event.reply:  # a model that streamed nothing: its reply whole
-                    sent.append(event.reply)
-                    yield Delta(text=event.reply)
-                self._record("".join(sent))
-                yield event
-            elif isinstance(event, Failed):
-                self._record(None)
-                yield event
-            elif isinstance(event, Started):
-                yield event
-
-    def _record(self, shown: str | None) -> None:
-        conversation_record(
-            owner=self.owner, session=self.turn.session, chat=self.chat, shown=shown
-        )
-
-    def drain(self) -> None:
-        for _ in self.events:
-            pass
+    conversation rule remembers, since it is what the client will send back as history."""
+    sent: list[str] = []
+    step_break = False
+    async for event in events:
+        if isinstance(event, Delta):
+            text = STEP_BREAK + event.text if step_break and sent else event.text
+            step_break = False
+            sent.append(text)
+            yield Delta(text=text)
+        elif isinstance(event, ToolCalled):
+            step_break = True
+        elif isinstance(event, Done):
+            if not sent and event.reply:  # a model that streamed nothing: its reply whole
+                sent.append(event.reply)
+                yield Delta(text=event.reply)
+            await io.db(
+                conversation_record, owner=owner, session=session, chat=chat, shown="".join(sent)
+            )
+            yield event
+        elif isinstance(event, Failed):
+            await io.db(conversation_record, owner=owner, session=session, chat=chat, shown=None)
+            yield event
+        elif isinstance(event, Started):
+            yield event
 
 
 def _usage(done: Done) -> dict:
@@ -223,37 +203,26 @@ def _usage(done: Done) -> dict:
     }
 
 
-# A Failed event's kind → the error's code.
-_FAILURE_CODES = {
-    "model_unavailable": "model_unavailable",
-    "model_failed": "model_failed",
-    "database": "database_unavailable",
-}
-
-
 def _failure(failed: Failed) -> tuple[int, dict]:
     """A turn that stopped after its message was stored: the status /api/chat gives it, and
     the session that holds the message."""
-    code, message = failed_status(failed)
-    body = openai_error(code, message, code=_FAILURE_CODES.get(failed.kind, failed.kind))
-    body["error"]["session_id"] = failed.session_id
-    return code, body
+    said = failure(failed)
+    body = openai_error(said.status, said.detail, code=said.code)
+    body["error"]["session_id"] = said.session_id
+    return said.status, body
 
 
-class ChunkStream:
+class _Chunks:
     """The turn as `chat.completion.chunk` Server-Sent Events, `data: [DONE]` at the end; a
     turn that fails after the stream began ends with an `{"error": …}` event instead, which
-    the openai SDK raises from. Closed early (the client left), the turn still runs to its end
-    and is stored."""
+    the openai SDK raises from."""
 
-    def __init__(self, reply: SentReply, *, name: ModelName, include_usage: bool):
-        self.reply = reply
+    def __init__(self, *, name: ModelName, include_usage: bool):
         self.name = name
         self.include_usage = include_usage
         self.id = f"chatcmpl-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.label = ""
-        self.lines = self._lines()
 
     def _chunk(self, delta: dict, finish_reason: str | None = None) -> str:
         body = {
@@ -270,8 +239,8 @@ class ChunkStream:
             body["usage"] = None  # as OpenAI sends it: only the last chunk carries usage
         return _data(body)
 
-    def _lines(self) -> Iterator[str]:
-        for event in self.reply.events:
+    async def lines(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[str]:
+        async for event in events:
             if isinstance(event, Started):
                 self.label = self.name.label(event.model)
                 yield self._chunk({"role": "assistant", "content": ""})
@@ -296,12 +265,43 @@ class ChunkStream:
                 yield _data(_failure(event)[1])
                 return
 
-    def __iter__(self) -> Iterator[str]:
-        return self.lines
 
-    def close(self) -> None:
-        self.lines.close()
-        self.reply.drain()  # nothing left to do when the client read to the end
+async def _completion(events: AsyncIterator[TurnEvent], name: ModelName) -> HttpResponse:
+    text: list[str] = []
+    label = ""
+    async for event in events:
+        if isinstance(event, Started):
+            label = name.label(event.model)
+        elif isinstance(event, Delta):
+            text.append(event.text)
+        elif isinstance(event, Failed):
+            code, body = _failure(event)
+            return JsonResponse(body, status=code)
+        elif isinstance(event, Done):
+            return JsonResponse(
+                {
+                    "id": f"chatcmpl-{secrets.token_hex(12)}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": label,
+                    "system_fingerprint": None,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": "".join(text),
+                                "refusal": None,
+                            },
+                            "logprobs": None,
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": _usage(event),
+                },
+                json_dumps_params={"ensure_ascii": False},
+            )
+    raise RuntimeError("a turn ended without done or error")
 
 
 def _data(body: dict) -> str:
@@ -354,69 +354,27 @@ class ChatCompletionsApi(OpenAIView):
                 history=placement.history,
                 instructions=chat.instructions,
             )
-            turn = turn_start(plan)
-        except TurnInputError as exc:
-            return _error(400, str(exc), param="messages")
-        except SessionBusy as exc:
-            return _error(
-                409,
-                "another reply in this conversation is still being written; nothing was "
-                "stored: retry",
-                kind="session_busy",
-                headers={SESSION_HEADER: exc.session_id},
-            )
-        except DatabaseError as exc:
-            log.error("database error before a turn: %s", type(exc).__name__)
-            return _error(
-                503,
-                "the database is unavailable; nothing was stored: retry later",
-                kind="database_unavailable",
-            )
-        reply = SentReply(turn, owner=request.user, chat=chat)
-        headers = {SESSION_HEADER: turn.session.pk}
+            turn = turn_open(plan)
+        except TURN_REFUSALS as exc:
+            said = refusal(exc)
+            headers = {SESSION_HEADER: said.session_id} if said.session_id else {}
+            if said.retry_after:
+                headers["Retry-After"] = str(said.retry_after)
+            # turn_plan's fields are all read from `messages`.
+            param = "messages" if said.field else None
+            # OpenAI's own invalid requests carry no code.
+            kind = None if said.status == 400 else said.code
+            return _error(said.status, said.detail, kind=kind, param=param, headers=headers)
+        owner, session = request.user, turn.session
+
+        def sent(events: AsyncIterator[TurnEvent], io: TurnIO) -> AsyncIterator[TurnEvent]:
+            return _sent(events, io, owner=owner, session=session, chat=chat)
+
+        headers = {SESSION_HEADER: session.pk}
         if params["stream"]:
             options = params.get("stream_options") or {}
-            return StreamingHttpResponse(
-                ChunkStream(reply, name=name, include_usage=options.get("include_usage", False)),
-                content_type="text/event-stream",
-                headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        return self._completion(reply, name, headers)
-
-    @staticmethod
-    def _completion(reply: SentReply, name: ModelName, headers: dict) -> Response:
-        text: list[str] = []
-        label = ""
-        for event in reply.events:
-            if isinstance(event, Started):
-                label = name.label(event.model)
-            elif isinstance(event, Delta):
-                text.append(event.text)
-            elif isinstance(event, Failed):
-                code, body = _failure(event)
-                return Response(body, status=code, headers=headers)
-            elif isinstance(event, Done):
-                return Response(
-                    {
-                        "id": f"chatcmpl-{secrets.token_hex(12)}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": label,
-                        "system_fingerprint": None,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {
-                                    "role": "assistant",
-                                    "content": "".join(text),
-                                    "refusal": None,
-                                },
-                                "logprobs": None,
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": _usage(event),
-                    },
-                    headers=headers,
-                )
-        raise RuntimeError("a turn ended without done or error")
+            chunks = _Chunks(name=name, include_usage=options.get("include_usage", False))
+            return TurnAnswer(turn, through=sent, lines=chunks.lines, headers=headers)
+        return TurnAnswer(
+            turn, through=sent, answer=lambda events: _completion(events, name), headers=headers
+        )

@@ -1,0 +1,16 @@
+"""The web doors' turns: POST /api/chat and the OpenAI-compatible /v1 (included by
+ethan_site.urls), each an async view over a DRF view (channels.web.turn_view)."""
+
+from django.urls import path
+
+from channels.openai.apis import ChatCompletionsApi, ModelApi, ModelsApi
+from channels.rest import ChatApi
+from channels.web import turn_view
+
+api = [path("chat", turn_view(ChatApi.as_view()), name="api-chat")]
+
+v1 = [
+    path("chat/completions", turn_view(ChatCompletionsApi.as_view()), name="v1-chat-completions"),
+    path("models", ModelsApi.as_view(), name="v1-models"),
+    path("models/<path:name>", ModelApi.as_view(), name="v1-model"),
+]

@@ -1,0 +1,239 @@
+"""The one server (`ethan serve`, as `make serve` runs it) over real sockets: every door on one
+port, many streams at once on one event loop, the caps, and a shutdown during a stream."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import sqlite3
+import threading
+import time
+from email.message import Message
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.mcp_client import over_http, structured
+from tests.web_server import Server, served_on_openai_fake
+
+# 40 pieces of 4 characters: at 100 ms a piece, a reply that takes about 4 s to write.
+ANSWER = "Every door is one turn, and the turn is one async generator on one loop. " * 2
+DONE = object()
+
+
+def _rows(home: Path, sql: str) -> list[tuple]:
+    with sqlite3.connect(home / "ethan.sqlite3") as db:
+        return db.execute(sql).fetchall()
+
+
+class Stream:
+    """A POST /api/chat stream read in a thread: the text of its deltas as they come, and how
+    it ended (its last event's name, or the error that cut it)."""
+
+    def __init__(self, server: Server, token: str, message: str = "tell me"):
+        self.connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        self.connection.request(
+            "POST",
+            "/api/chat",
+            body=json.dumps({"message": message, "stream": True}),
+            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
+        self.response = self.connection.getresponse()
+        self.status = self.response.status
+        self.text = ""
+        self.ended: str | None = None
+        self.first_words = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        name = None
+        try:
+            for raw in self.response:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event: "):
+                    name = line[len("event: ") :]
+                elif line.startswith("data: ") and name == "delta":
+                    self.text += json.loads(line[len("data: ") :])["text"]
+                    self.first_words.set()
+                elif line.startswith("data: ") and name in ("done", "error"):
+                    self.ended = name
+            if self.ended is None:
+                self.ended = "cut"
+        except (OSError, http.client.HTTPException) as exc:
+            self.ended = f"cut: {type(exc).__name__}"
+        finally:
+            self.first_words.set()
+
+    def wait(self, seconds: float = 60) -> str | None:
+        self.thread.join(seconds)
+        return self.ended
+
+
+def _post_chat(server: Server, token: str, message: str) -> tuple[int, Message, dict]:
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        connection.request(
+            "POST",
+            "/api/chat",
+            body=json.dumps({"message": message}),
+            headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        return response.status, response.headers, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def served(tmp_path, paced_openai, request):
+    env = getattr(request, "param", {})
+    with served_on_openai_fake(tmp_path / "home", paced_openai, **env) as (server, token):
+        yield server, token
+
+
+def test_every_door_is_on_one_port(served, paced_openai):
+    """/v1 with the openai SDK streaming, /api/chat, /mcp with the mcp SDK's client, the pages
+    and /healthz: one process, one port."""
+    server, token = served
+    paced_openai.reply(paced_openai.text("I will remember Porto."), first_chunk_ms=20, chunk_ms=20)
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1", api_key=token, max_retries=0
+    )
+    stream = client.chat.completions.create(
+        model="ethan/gpt-4o", messages=[{"role": "user", "content": "I live in Porto"}], stream=True
+    )
+    words = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert words == "I will remember Porto."
+
+    async def search(mcp):
+        return structured(await mcp.call_tool("memory_search", {"query": "Porto"}))
+
+    found = over_http(f"http://127.0.0.1:{server.port}/mcp", token, search)
+    assert any("Porto" in hit["content"] for hit in found["hits"]), found
+
+    paced_openai.reply(paced_openai.text("Yes."))
+    status, _, answer = _post_chat(server, token, "Still there?")
+    assert (status, answer["reply"]) == (200, "Yes.")
+    assert server.request("GET", "/healthz").json()["status"] == "ok"
+    page = server.request("GET", "/memory/")
+    assert page.status == 302 and "/accounts/login/" in page.headers["location"]
+
+
+def test_many_streams_at_once_on_one_process(served, paced_openai):
+    """40 replies written at once, each about 2 s long, by one process: every one completes
+    and is stored once, and /healthz answers while they are open."""
+    server, _ = served
+    reply = "one two three four five six seven eight nine ten"
+    for _ in range(40):
+        paced_openai.reply(paced_openai.text(reply), first_chunk_ms=200, chunk_ms=150)
+    # One person at a time may have ETHAN_TURNS_PER_PERSON (8) replies written: each stream
+    # here is its own person's, through a token of their own.
+    from tests.web_server import api_token
+
+    tokens = [api_token(server.home, f"p{index}") for index in range(40)]
+    streams = [Stream(server, tokens[index], f"question {index}") for index in range(40)]
+    assert {s.status for s in streams} == {200}
+    health = server.request("GET", "/healthz")
+    open_meanwhile = sum(1 for s in streams if s.ended is None)
+    assert health.status == 200 and open_meanwhile > 0
+    assert [s.wait() for s in streams] == ["done"] * 40
+    assert {s.text for s in streams} == {reply}
+    assert _rows(
+        server.home, "SELECT count(*) FROM sessions_app_message WHERE role = 'assistant'"
+    ) == [(40,)]
+
+
+@pytest.mark.parametrize("served", [{"ETHAN_TURNS_PER_PERSON": "1"}], indirect=True)
+def test_a_person_past_their_cap_gets_429_with_retry_after_and_nothing_is_stored(
+    served, paced_openai
+):
+    server, token = served
+    paced_openai.reply(paced_openai.text(ANSWER), first_chunk_ms=100, chunk_ms=50)
+    first = Stream(server, token)
+    first.first_words.wait(30)
+    status, headers, answer = _post_chat(server, token, "and another")
+    assert status == 429 and int(headers["Retry-After"]) >= 1
+    assert answer["retryable"] is True and "nothing was stored" in answer["detail"]
+    assert first.wait() == "done"
+    assert _rows(server.home, "SELECT content FROM sessions_app_message WHERE role = 'user'") == [
+        ("tell me",)
+    ]
+    # Once the first has finished, the next is taken.
+    paced_openai.reply(paced_openai.text("Sure."))
+    assert _post_chat(server, token, "and another")[0] == 200
+
+
+@pytest.mark.parametrize("served", [{"ETHAN_TURNS_PER_PROCESS": "1"}], indirect=True)
+def test_a_full_process_answers_503_with_retry_after_to_anyone(served, paced_openai):
+    from tests.web_server import api_token
+
+    server, token = served
+    other = api_token(server.home, "grace")
+    paced_openai.reply(paced_openai.text(ANSWER), first_chunk_ms=100, chunk_ms=50)
+    first = Stream(server, token)
+    first.first_words.wait(30)
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1", api_key=other, max_retries=0
+    )
+    with pytest.raises(openai.InternalServerError) as refused:
+        client.chat.completions.create(
+            model="ethan/gpt-4o", messages=[{"role": "user", "content": "hello"}]
+        )
+    assert refused.value.status_code == 503
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    assert refused.value.body["code"] == "server_busy"
+    assert first.wait() == "done"
+
+
+@pytest.mark.parametrize("served", [{"ETHAN_DRAIN_SECONDS": "30"}], indirect=True)
+def test_sigterm_during_a_stream_lets_it_finish_and_takes_nothing_new(served, paced_openai):
+    server, token = served
+    paced_openai.reply(paced_openai.text(ANSWER), first_chunk_ms=100, chunk_ms=100)
+    stream = Stream(server, token)
+    stream.first_words.wait(30)
+    server.process.send_signal(signal.SIGTERM)
+    # The server stops listening at once, while the reply is still being written.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            server.request("GET", "/healthz")
+        except ConnectionRefusedError:
+            break
+        assert time.monotonic() < deadline, "the server still takes new connections"
+        time.sleep(0.05)
+    assert stream.ended is None, "the reply was over before the server stopped listening"
+    assert stream.wait() == "done" and stream.text == ANSWER
+    # uvicorn ends by raising the signal it was stopped with again, once all is done.
+    assert server.process.wait(timeout=30) == -signal.SIGTERM
+    assert _rows(
+        server.home,
+        "SELECT content, interrupted FROM sessions_app_message WHERE role = 'assistant'",
+    ) == [(ANSWER, 0)]
+
+
+@pytest.mark.parametrize("served", [{"ETHAN_DRAIN_SECONDS": "1"}], indirect=True)
+def test_sigterm_past_the_drain_limit_stores_the_reply_so_far_as_interrupted(served, paced_openai):
+    server, token = served
+    paced_openai.reply(paced_openai.text(ANSWER * 3), first_chunk_ms=100, chunk_ms=100)
+    stream = Stream(server, token)
+    stream.first_words.wait(30)
+    server.process.send_signal(signal.SIGTERM)
+    # uvicorn ends by raising the signal it was stopped with again, once all is done.
+    assert server.process.wait(timeout=30) == -signal.SIGTERM
+    assert stream.wait().startswith("cut")
+    [(stored, interrupted)] = _rows(
+        server.home,
+        "SELECT content, interrupted FROM sessions_app_message WHERE role = 'assistant'",
+    )
+    assert interrupted == 1
+    assert stream.text and stored.startswith(stream.text) and (ANSWER * 3).startswith(stored)
+    assert len(stored) < len(ANSWER * 3)
+    # Nothing half-written: the question and the part-reply, and the session free again.
+    assert _rows(server.home, "SELECT role FROM sessions_app_message ORDER BY seq") == [
+        ("user",),
+        ("assistant",),
+    ]
+    assert _rows(server.home, "SELECT turn_claim FROM sessions_app_chatsession") == [("",)]
