@@ -7,11 +7,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, F, OuterRef, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, QuerySet
 from django.db.models.functions import Substr
 
 from memory_app.models import Fact, MemoryReview
 from memory_app.selectors import facts_for_owner
+from oauth_app.clients import client_domain, client_name
+from oauth_app.models import Connection
+from oauth_app.selectors import connections_for_owner
 from sessions_app.search import matching, query_terms
 
 # The facts tab's orders: the injection order (what Ethan trusts most), the newest added, the
@@ -33,6 +36,7 @@ class FactFilters:
     source: str = ""
     status: str = "active"
     sort: str = "confidence"
+    client: str = ""  # an MCP client's name: the facts it wrote (the Connected apps tab's link)
 
 
 # What a listed fact shows: the page reads only these (the search words stay behind).
@@ -97,6 +101,8 @@ def facts_listed(*, owner: AbstractBaseUser, filters: FactFilters) -> QuerySet[F
         facts = facts.filter(category=filters.category)
     if filters.source:
         facts = facts.filter(source=filters.source)
+    if filters.client:
+        facts = facts.filter(source=Fact.Source.MCP, source_client=filters.client)
     if filters.query:
         terms = query_terms(filters.query)
         if terms:
@@ -150,3 +156,43 @@ def facts_learnt_in(*, owner: AbstractBaseUser, session) -> QuerySet[Fact]:
         .distinct()
         .order_by("-confidence", "-id")
     )
+
+
+@dataclass
+class ConnectedApp:
+    """A row of the Connected apps tab: the connection, the client as the person knows it, and
+    how many facts it wrote (it records its name on them: Fact.source_client). The page adds
+    its labels and links to it."""
+
+    connection: Connection
+    name: str
+    domain: str
+    verified: bool  # identified by a metadata document at its own https URL
+    written: int
+
+
+def connected_apps(*, owner: AbstractBaseUser) -> list[ConnectedApp]:
+    """The owner's connected apps, the latest first, in two queries whatever their number."""
+    connections = list(connections_for_owner(owner=owner))
+    names = {connection.pk: client_name(connection.application) for connection in connections}
+    written = (
+        dict(
+            facts_for_owner(owner=owner)
+            .filter(source=Fact.Source.MCP, source_client__in=set(names.values()))
+            .values("source_client")
+            .annotate(n=Count("id"))
+            .values_list("source_client", "n")
+        )
+        if connections
+        else {}
+    )
+    return [
+        ConnectedApp(
+            connection=connection,
+            name=names[connection.pk],
+            domain=client_domain(connection.application),
+            verified=connection.application.client_id.startswith("https://"),
+            written=written.get(names[connection.pk], 0),
+        )
+        for connection in connections
+    ]

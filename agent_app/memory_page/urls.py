@@ -1,4 +1,5 @@
-"""/memory/: the tabs (记忆, 新记住的, 规则, 情节, 会话; 我的画像 is /profile/) and their forms."""
+"""/memory/: the tabs (记忆, 新记住的, 规则, 情节, 会话, 已连接的应用; 我的画像 is /profile/) and
+their forms."""
 
 from django.urls import path
 from django.views.generic import RedirectView
@@ -26,6 +27,8 @@ urlpatterns = [
     path("import/<int:run_id>/status/", imports.import_status, name="import-status"),
     path("sessions/<str:session_id>/", views.session_detail, name="session"),
     path("sessions/<str:session_id>/delete/", views.session_delete, name="session-delete"),
+    path("apps/", views.apps, name="apps"),
+    path("apps/<int:connection_id>/disconnect/", views.app_disconnect, name="app-disconnect"),
     # 我的画像 is the profile app's own page (/profile/), shown under the same tabs.
     path("profile/", RedirectView.as_view(pattern_name="profile"), name="profile"),
 ]

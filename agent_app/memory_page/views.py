@@ -6,7 +6,7 @@ REST API and the agent's tools use, with the actor `user:<username>`; a refusal
 from __future__ import annotations
 
 from datetime import datetime
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from django import forms
 from django.conf import settings
@@ -27,6 +27,9 @@ from episodes_app.selectors import episodes_for_owner, episodes_search
 from memory_app import services as memory_services
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.selectors import facts_for_owner
+from oauth_app import scopes
+from oauth_app import selectors as oauth_selectors
+from oauth_app import services as oauth_services
 from sessions_app import selectors as session_selectors
 from sessions_app import services as session_services
 from sessions_app.errors import SessionNotFound
@@ -191,6 +194,7 @@ class FactFilterForm(forms.Form):
         required=False, choices=[(key, STATUS_LABELS[key]) for key in selectors.FACT_STATUSES]
     )
     sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()))
+    client = forms.CharField(required=False, max_length=90, widget=forms.HiddenInput)
 
     def filters(self) -> selectors.FactFilters:
         """What was asked; a value that is not one of the choices is taken as not given."""
@@ -203,6 +207,7 @@ class FactFilterForm(forms.Form):
             source=data.get("source") or "",
             status=data.get("status") or default.status,
             sort=data.get("sort") or default.sort,
+            client=(data.get("client") or "").strip(),
         )
 
 
@@ -573,3 +578,47 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
     if request.method != "GET":
         return HttpResponse(status=405, headers={"Allow": "GET, POST"})
     return _render(request, "session_delete.html", "sessions", {"session": session})
+
+
+# ---- 已连接的应用 / Connected apps ---------------------------------------------------------------
+
+SCOPE_LABELS = {
+    scopes.READ: "读取 / Read",
+    scopes.WRITE: "写入 / Write",
+}
+
+
+@require_GET
+@login_required
+def apps(request: HttpRequest) -> HttpResponse:
+    """The apps (MCP hosts such as Claude or ChatGPT) the person connected by OAuth: when, last
+    used, what each may do and what it wrote; Disconnect revokes its tokens at once."""
+    facts_root = reverse("memory:facts")
+    rows = selectors.connected_apps(owner=request.user)
+    for row in rows:
+        row.scope_labels = [SCOPE_LABELS.get(s, s) for s in row.connection.scopes]
+        row.connected_text = _when(row.connection.connected_at)
+        row.used_text = _when(row.connection.last_used_at)
+        wrote = {"source": Fact.Source.MCP, "client": row.name, "status": "all"}
+        row.facts_url = f"{facts_root}?{urlencode(wrote)}"
+    return _render(
+        request,
+        "apps.html",
+        "apps",
+        {"apps": rows, "capacity": settings.ETHAN_OAUTH_CLIENTS_PER_PERSON},
+    )
+
+
+@require_POST
+@login_required
+def app_disconnect(request: HttpRequest, connection_id: int) -> HttpResponse:
+    connection = oauth_selectors.connection_for_owner(
+        owner=request.user, connection_id=connection_id
+    )
+    name = oauth_services.connection_end(connection=connection)
+    messages.success(
+        request,
+        f"已断开 {name}：它不能再读写你的记忆。 / {name} is disconnected: it can no longer read or "
+        "write your memory.",
+    )
+    return redirect("memory:apps")

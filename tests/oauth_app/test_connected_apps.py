@@ -1,0 +1,84 @@
+"""The memory page's Connected apps tab: each app the person connected, when, last used, what
+it may do and what it wrote (a link to those facts), and Disconnect; another person's
+connections are never shown nor ended."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, RefreshToken
+
+from memory_app import services as memory_services
+from memory_app.models import Fact
+from oauth_app.models import Connection
+from tests.oauth_app.conftest import Host, register
+
+
+def connected(client, person, name: str, *, write: bool = True) -> Connection:
+    client.force_login(person)
+    host = Host(client=client, client_id=register(client, client_name=name)["client_id"])
+    host.tokens(write=write)
+    return Connection.objects.get(owner=person, application__client_id=host.client_id)
+
+
+def written_by(person, client_name: str, content: str) -> Fact:
+    return memory_services.fact_write(
+        owner=person,
+        content=content,
+        category="knowledge",
+        confidence=0.95,
+        source=Fact.Source.MCP,
+        source_client=client_name,
+    )
+
+
+def test_the_tab_lists_each_app_with_what_it_wrote(
+    client, owner, other_owner, django_assert_num_queries
+):
+    claude = connected(client, owner, "Claude")
+    connected(client, owner, "ChatGPT", write=False)
+    Connection.objects.filter(pk=claude.pk).update(last_used_at=timezone.now() - timedelta(hours=1))
+    written_by(owner, "Claude", "用户住在杭州")
+    written_by(owner, "Claude", "用户养了一只猫")
+    written_by(owner, "claude-code", "不是它写的")  # another client's own name
+    connected(client, other_owner, "Grace's app")
+    client.force_login(owner)
+
+    with django_assert_num_queries(4):  # session, user, connections, facts counted
+        page = client.get("/memory/apps/")
+
+    text = page.content.decode()
+    rows = page.context["apps"]
+    assert [(row.name, row.connection.scopes, row.written) for row in rows] == [
+        ("ChatGPT", ["memory.read"], 0),
+        ("Claude", ["memory.read", "memory.write"], 2),
+    ]
+    assert [row.used_text != "" for row in rows] == [False, True]  # ChatGPT never called
+    assert "Grace" not in text
+    assert "says it is 127.0.0.1" in text  # registered: its domain is its own claim
+    claude_facts = client.get(rows[1].facts_url)
+    assert sorted(f.content for f in claude_facts.context["page_obj"].object_list) == [
+        "用户住在杭州",
+        "用户养了一只猫",
+    ]
+    assert "What Claude wrote" in claude_facts.content.decode()
+
+
+def test_disconnect_revokes_at_once_and_only_the_persons_own(client, owner, other_owner):
+    claude = connected(client, owner, "Claude")
+    grace = connected(client, other_owner, "Grace's app")
+    client.force_login(owner)
+
+    refused = client.post(f"/memory/apps/{grace.pk}/disconnect/")
+    answer = client.post(f"/memory/apps/{claude.pk}/disconnect/", follow=True)
+
+    assert refused.status_code == 404
+    assert Connection.objects.filter(pk=grace.pk).exists()
+    assert answer.redirect_chain == [("/memory/apps/", 302)]
+    assert "Claude is disconnected" in answer.content.decode()
+    assert not Connection.objects.filter(owner=owner).exists()
+    assert not AccessToken.objects.filter(user=owner).exists()
+    assert not RefreshToken.objects.filter(user=owner, revoked__isnull=True).exists()
+    assert AccessToken.objects.filter(user=other_owner).exists()
+    assert client.get(f"/memory/apps/{claude.pk}/disconnect/").status_code == 405
