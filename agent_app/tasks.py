@@ -1,7 +1,7 @@
 """agent_app's tasks live with what they serve: the session life cycle in agent_app.lifecycle
-(sessions.end_write, episodes.write, sessions.close_idle, sessions.cleanup_empty), the Lark
-channel in agent_app.lark.tasks (channels.lark_event), the learning from imported history in
-agent_app.history_import (memory.import_upload, memory.import_learn_next).
+(sessions.end_write, episodes.write, sessions.close_idle, sessions.cleanup_empty), the learning
+from imported history in agent_app.history_import (memory.import_upload,
+memory.import_learn_next). The Lark channel's are the doors' (channels.tasks).
 
 Celery's autodiscovery imports `<app>.tasks` of each installed app and nothing else, so a
 worker registers those tasks through the imports below. Import the tasks from their own
@@ -9,4 +9,3 @@ modules, not from here.
 """
 
 from agent_app import history_import, lifecycle  # noqa: F401
-from agent_app.lark import tasks as lark_tasks  # noqa: F401

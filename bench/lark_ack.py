@@ -159,7 +159,7 @@ class PartTimers:
         from django.db import transaction
         from django.db.models.query import QuerySet
 
-        from agent_app.lark import webhook
+        from channels.lark import webhook
         from ethan_site import queue
 
         self._wrap(webhook, "_verified_event", "verify")

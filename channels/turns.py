@@ -28,7 +28,6 @@ from django.db import DatabaseError, transaction
 from agent_app import turn_io
 from agent_app.turn import (
     Delta,
-    Done,
     Failed,
     ToolCalled,
     TurnEvent,
@@ -317,22 +316,3 @@ def _interrupted_store(turn: TurnStream, shown: str) -> None:
         ).exists()
         if not replied:
             turn_interrupted(session=session, shown=shown)
-
-
-async def answered(turn: TurnStream) -> Done | Failed:
-    """The turn's last event, for a door that answers once."""
-    last: Done | Failed | None = None
-    async for event in consumed(turn):
-        if isinstance(event, Done | Failed):
-            last = event
-    if last is None:
-        raise RuntimeError("a turn ended without done or error")
-    return last
-
-
-def answered_in_thread(turn: TurnStream) -> Done | Failed:
-    """`answered`, for a door in a thread (the console, a Celery task, WSGI)."""
-    for event in turn:
-        if isinstance(event, Done | Failed):
-            return event
-    raise RuntimeError("a turn ended without done or error")

@@ -98,6 +98,8 @@ INSTALLED_APPS = [
     "profile_app",
     "episodes_app",
     "agent_app",
+    # The doors above the turn: console, REST chat, /v1, Lark (channels/).
+    "channels",
     # Ethan as its own OAuth authorization server, for MCP hosts that connect by URL
     # (django-oauth-toolkit's models and views, extended in oauth_app).
     "oauth2_provider",

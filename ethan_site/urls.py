@@ -3,7 +3,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agent_app.home_page import home
-from agent_app.lark.webhook import lark_webhook
+from channels.lark.webhook import lark_webhook
 from channels import urls as doors
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage

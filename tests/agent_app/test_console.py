@@ -121,7 +121,7 @@ def test_a_failing_model_keeps_the_message_and_the_console_goes_on(owner, fakes)
     openai.fake.reply(openai.text("back again"))
     out = chat("--user", "ada", "--model", "gpt-4o", stdin="first try\nsecond try\n")
     session = ChatSession.objects.get()
-    assert "Error: openai 'gpt-4o': HTTP 503" in out
+    assert "Error: the model is unavailable right now (openai 'gpt-4o': HTTP 503" in out, out
     assert f"(your message is saved in {session.id})" in out
     assert "back again" in out
     assert list(session.messages.values_list("role", "content")) == [
@@ -137,7 +137,11 @@ def test_a_database_error_mid_turn_is_one_line_and_keeps_only_the_message(
     out = chat("--user", "ada", stdin="记住我喜欢喝美式咖啡\nhello\n")
     session = ChatSession.objects.get()
     lines = out.splitlines()
-    assert "Error: the database failed: the disk is full" in lines
+    assert (
+        "Error: a database error interrupted the reply; your message is stored and the step it "
+        "interrupted was not kept: retry on this session"
+    ) in lines
+    assert "(the database failed: the disk is full)" in lines
     assert f"(your message is saved in {session.id})" in lines
     # The console went on; the tool step the error interrupted left nothing behind.
     assert list(session.messages.values_list("seq", "role", "content")) == [

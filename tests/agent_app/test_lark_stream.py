@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent_app.lark import streaming
-from agent_app.lark.handling import lark_event_handle, lark_events_reclaim
-from agent_app.lark.streaming import CURSOR
 from agent_app.models import LarkEvent
+from channels.lark import streaming
+from channels.lark.handling import lark_event_handle, lark_events_reclaim
+from channels.lark.streaming import CURSOR
 from sessions_app.models import ChatSession, Message
 from tests.fakes.lark_fake import FakeLark
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -187,7 +187,7 @@ def test_a_card_that_can_no_longer_be_updated_keeps_its_words_and_the_reply_goes
 
 
 def test_a_reply_too_long_for_a_card_goes_as_text(client, lark, model, steps, monkeypatch):
-    from agent_app.lark import client as lark_client
+    from channels.lark import client as lark_client
 
     monkeypatch.setattr(lark_client, "CARD_MAX_BYTES", 900)  # Lark's is 30 KB
     model.writes(LONG)
@@ -246,13 +246,13 @@ def test_a_worker_whose_event_is_taken_back_never_updates_the_card_again(
 
 
 def test_a_model_that_fails_mid_reply_leaves_the_apology_in_the_card(client, lark, model, steps):
-    from agent_app.lark.handling import MODEL_DOWN
-
     model.fake.reply(FakeOpenAI.text(LONG), chunk_ms=2, fail_after=60, fail_with="close")
     deliver(client, message_event("ev-s11", "tell me a long story"))
     [card] = lark.cards
     assert LONG.startswith(card["text"].removesuffix(CURSOR))
-    assert lark.shown(card["message_id"]) == MODEL_DOWN and lark.replies == []
+    shown = lark.shown(card["message_id"])
+    assert shown.startswith("抱歉，模型暂时不可用，你的消息已保存") and lark.replies == []
+    assert "your message is stored" in shown
     assert list(Message.objects.values_list("role", flat=True)) == ["user"]
 
 

@@ -11,8 +11,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 import llm
-from agent_app.lark.handling import SESSION_BUSY
 from agent_app.turn import TurnFailed, turn_run
+from channels.lark.handling import lark_says
+from channels.turns import refusal
 from sessions_app.models import ChatSession
 from sessions_app.services import SessionBusy
 from tests.lark_helpers import deliver, message_event
@@ -164,8 +165,8 @@ def test_console_says_so_in_one_line(owner, make_session, llm_config, no_wait):
         "ethan_chat", "--user", "ada", "-r", session.pk, stdout=out, stdin=StringIO("more\n")
     )
     assert (
-        "Error: another reply on this session is still being written; your message was not "
-        "saved: send it again"
+        "Error: another reply in this conversation is still being written; nothing was stored: "
+        "retry"
     ) in out.getvalue().splitlines()
     assert session.messages.count() == 2
 
@@ -188,7 +189,7 @@ def test_lark_a_second_message_while_a_new_chats_first_is_answered(
     monkeypatch.setattr(llm, "stream", stream)
     deliver(client, message_event("ev-first", "第一句"))
     replies = {reply["uuid"]: json.loads(reply["content"])["text"] for reply in lark.replies}
-    assert replies["ev-second"] == SESSION_BUSY
+    assert replies["ev-second"] == lark_says(refusal(SessionBusy(session_id="any")))
     session = ChatSession.objects.get()
     assert list(session.messages.order_by("seq").values_list("role", "content")) == [
         ("user", "第一句"),
@@ -203,6 +204,8 @@ def test_lark_asks_to_send_again(client, lark, no_wait):
     session = ChatSession.objects.get()
     hold(session)
     deliver(client, message_event("ev2", "第二句"))
-    assert json.loads(lark.replies[-1]["content"]) == {"text": SESSION_BUSY}
+    said = lark_says(refusal(SessionBusy(session_id=session.pk)))
+    assert said.startswith("我还在回复你的上一条消息") and "nothing was stored" in said
+    assert json.loads(lark.replies[-1]["content"]) == {"text": said}
     assert session.messages.filter(role="user").count() == 1
     assert ChatSession.objects.count() == 1  # the chat keeps its session

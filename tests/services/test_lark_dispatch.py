@@ -78,7 +78,7 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
 def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatch):
     """Two dispatch runs at once (a burst woke a second before the first finished), on
     PostgreSQL: the conditional update on queued_at lets exactly one queue each event."""
-    from agent_app.lark import handling
+    from channels.lark import handling
 
     pks = [
         LarkEvent.objects.create(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent_app.lark.handling import lark_events_reclaim
+from channels.lark.handling import lark_events_reclaim
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply

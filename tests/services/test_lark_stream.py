@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agent_app.lark.handling import lark_events_reclaim
-from agent_app.lark.streaming import CURSOR
+from channels.lark.handling import lark_events_reclaim
+from channels.lark.streaming import CURSOR
 from agent_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply

@@ -26,7 +26,7 @@ def test_enqueued_task_runs_on_a_real_worker(celery_worker_process, owner, make_
 
 def test_the_worker_registers_every_task(celery_worker_process):
     """Autodiscovery imports only `<app>.tasks`: the tasks that live elsewhere (the session life
-    cycle in agent_app.lifecycle, the Lark task in agent_app.lark.tasks) are found too."""
+    cycle in agent_app.lifecycle, the Lark task in channels.lark.tasks) are found too."""
     from ethan_site.celery import app
     from tests.ethan_site.test_queue import TASK_NAMES
 

@@ -19,7 +19,7 @@ A worker whose event was taken back while it was still answering (slow, not dead
 its next write with nothing written or sent, so the person gets one answer.
 
 The reply is shown as it is written when it takes a while: a card updated in place, throttled,
-falling back to one text message (agent_app.lark.streaming). Its sends and updates are fenced
+falling back to one text message (channels.lark.streaming). Its sends and updates are fenced
 the same way: a worker that lost its claim never touches the card again.
 """
 
@@ -35,10 +35,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agent_app.lark.client import LarkClient, LarkError
-from agent_app.lark.messages import mentions_bot, message_text
-from agent_app.lark.streaming import CardLost, CardReply
-from agent_app.lark.tasks import DISPATCH_WAKE, lark_event_handle_task, lark_events_dispatch_task
 from agent_app.lifecycle import session_finish
 from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from agent_app.turn import (
@@ -51,6 +47,11 @@ from agent_app.turn import (
     turn_plan,
     turn_start,
 )
+from channels.lark.client import LarkClient, LarkError
+from channels.lark.messages import mentions_bot, message_text
+from channels.lark.streaming import CardLost, CardReply
+from channels.lark.tasks import DISPATCH_WAKE, lark_event_handle_task, lark_events_dispatch_task
+from channels.turns import Refusal, failure, refusal
 from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
 from sessions_app.models import ChatSession, Message
 from sessions_app.selectors import session_questions
@@ -59,14 +60,18 @@ from sessions_app.services import SessionBusy, session_turn_release
 log = logging.getLogger(__name__)
 LARK = "lark"
 ONLY_TEXT = "目前我只能理解文字消息。/ For now I can only read text messages."
-MODEL_DOWN = (
-    "抱歉，模型暂时不可用，请稍后再发一次。/ Sorry, the model is unavailable right now; "
-    "please send that again in a moment."
-)
-SESSION_BUSY = (
-    "我还在回复你的上一条消息，这条没有保存，请稍后再发一次。/ I am still answering your "
-    "previous message; this one was not kept: please send it again in a moment."
-)
+# A refusal in a chat: its Chinese words, then channels.turns' one wording (by its code).
+_CHINESE = {
+    "session_busy": "我还在回复你的上一条消息，这条没有保存，请稍后再发一次。",
+    "invalid_request": "无法处理这条消息。",
+    "model_unavailable": "抱歉，模型暂时不可用，你的消息已保存，请稍后再发一次。",
+    "model_failed": "抱歉，模型无法回答，你的消息已保存。",
+    "database_unavailable": "抱歉，数据库暂时不可用，请稍后再发一次。",
+}
+
+
+def lark_says(said: Refusal) -> str:
+    return f"{_CHINESE.get(said.code, '抱歉，出错了。')} / {said.detail}"
 
 
 def lark_client() -> LarkClient:
@@ -333,13 +338,12 @@ def _answer(
             ),
         )
         turn = turn_start(plan)
-    except TurnInputError as exc:
-        return f"无法处理这条消息 / I cannot take that message: {exc}"
-    except SessionBusy:
-        # The turn before it on this chat's session is still being answered: nothing was
-        # stored, so the person sends it again (the chat keeps its session).
-        log.warning("lark chat %s: the session is busy; the message was not stored", chat_id)
-        return SESSION_BUSY
+    except (TurnInputError, SessionBusy) as exc:
+        # A message refused, or the turn before it on this chat's session still being
+        # answered: nothing was stored, so the person sends it again (the chat keeps its
+        # session). A database that fails is the task's to retry.
+        log.warning("lark chat %s: the message was not stored: %s", chat_id, exc)
+        return lark_says(refusal(exc))
     # The question is recorded on the event by the fence, in the transaction that stored it:
     # if this worker dies now, the sweep finds it stored and never stores it twice.
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
@@ -355,7 +359,7 @@ def _answer(
                 # The message is stored; the person is told to send it again (no automatic
                 # re-run, which would answer a message they may have given up on).
                 log.error("lark turn failed: %s", turn_event.detail)
-                return MODEL_DOWN
+                return lark_says(failure(turn_event))
             elif isinstance(turn_event, Done):
                 return turn_event.reply or "…"
     except CardLost:

@@ -31,12 +31,12 @@ from agent_app.turn import (
     Delta,
     Done,
     Failed,
-    TurnInputError,
     model_choose,
     turn_interrupted,
     turn_plan,
     turn_start,
 )
+from channels.turns import TURN_REFUSALS, failure, refusal
 from ethan_site.private import private_file
 from ethan_site.queue import run_deferred
 from sessions_app import display, selectors, services
@@ -293,15 +293,12 @@ class Console:
         except KeyboardInterrupt:
             self.say("(cancelled; nothing was saved)")
             return
-        except services.SessionBusy:
-            # Another client (a second console, the API) is mid-turn on this session.
-            self.say(
-                "Error: another reply on this session is still being written; "
-                "your message was not saved: send it again"
-            )
-            return
-        except (TurnInputError, DatabaseError) as exc:
-            self._error(exc)
+        except TURN_REFUSALS as exc:
+            # Another client (a second console, the API) mid-turn on this session, a message
+            # refused, a database down: the words every door says.
+            self.say(f"Error: {refusal(exc).detail}")
+            if isinstance(exc, DatabaseError):  # the person's own database: its own words too
+                self.say(f"({first_line(str(exc)) or type(exc).__name__})")
             return
         self.session = turn.session
         shown = ""
@@ -313,7 +310,9 @@ class Console:
                         self.io.reply_delta(event.text)
                     elif isinstance(event, Failed):
                         self.io.reply_end(shown)
-                        self.say(f"Error: {first_line(event.detail)}")
+                        self.say(f"Error: {failure(event).detail}")
+                        if event.kind == "database":  # the person's own database: its words
+                            self.say(f"({first_line(event.detail)})")
                         self.say(f"(your message is saved in {event.session_id})")
                         return
                     elif isinstance(event, Done):
@@ -333,11 +332,6 @@ class Console:
         finally:
             # Memory work queued by this turn runs now that the reply is on screen.
             run_deferred()
-
-    def _error(self, exc: Exception) -> None:
-        # A database error is named in one line, not dumped: the console stays open.
-        prefix = "Error: the database failed: " if isinstance(exc, DatabaseError) else "Error: "
-        self.say(f"{prefix}{first_line(str(exc)) or type(exc).__name__}")
 
     def command(self, text: str) -> bool:
         """Run a slash command; False means leave."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from agent_app.lark.client import LarkClient, LarkError, card_fits
+from channels.lark.client import LarkClient, LarkError, card_fits
 
 log = logging.getLogger(__name__)
 

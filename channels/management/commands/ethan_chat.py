@@ -7,9 +7,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 import llm
-from agent_app.console import Console, make_io
 from agent_app.modes import mode_parse
 from agent_app.turn import model_choose
+from channels.console import Console, make_io
 from sessions_app import services
 from sessions_app.errors import SessionError
 

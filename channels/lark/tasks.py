@@ -11,7 +11,7 @@ DISPATCH_WAKE = "lark-dispatch"
 def lark_event_handle_task(event_pk: int) -> str:
     """Answer one Lark event (claimed once: a redelivered task finds it handled)."""
     # Imported here: the webhook imports this module, and the handling imports the turn.
-    from agent_app.lark.handling import lark_event_handle
+    from channels.lark.handling import lark_event_handle
 
     return lark_event_handle(event_pk=event_pk)
 
@@ -19,7 +19,7 @@ def lark_event_handle_task(event_pk: int) -> str:
 @ethan_task(name="channels.lark_dispatch")
 def lark_events_dispatch_task() -> int:
     """Queue the stored events that have no task yet (woken by the webhook, once per burst)."""
-    from agent_app.lark.handling import lark_events_dispatch
+    from channels.lark.handling import lark_events_dispatch
 
     return lark_events_dispatch()
 
@@ -28,6 +28,6 @@ def lark_events_dispatch_task() -> int:
 def lark_events_reclaim_task() -> int:
     """Periodic (ethan_site.schedule): events whose worker died mid-answer are answered, and
     those whose wake-up or task was lost are queued again."""
-    from agent_app.lark.handling import lark_events_reclaim, lark_events_requeue
+    from channels.lark.handling import lark_events_reclaim, lark_events_requeue
 
     return len(lark_events_reclaim()) + lark_events_requeue()
