@@ -168,6 +168,20 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
     # search over a million messages crosses jit_above_cost, adding 20-40 ms of compilation
     # to a query that runs in a few (bench.session_search).
     _database.setdefault("OPTIONS", {})["options"] = "-c jit=off"
+    # A pool per process (psycopg's), not a connection kept per thread: the web server runs
+    # each request's synchronous part in a thread that ends with it, where a kept connection
+    # would be left open for the garbage collector; from a pool it is given back at the
+    # request's end (CONN_MAX_AGE 0) for the next. Celery's prefork workers close the pool
+    # they inherit. ETHAN_DB_POOL_SIZE connections at most per process (PostgreSQL allows
+    # 100 by default, for every process together).
+    _database["CONN_MAX_AGE"] = 0
+    # Django has the pool check a connection before lending it (check_connection).
+    _database["CONN_HEALTH_CHECKS"] = False
+    _database["OPTIONS"]["pool"] = {
+        "min_size": 1,
+        "max_size": _config.positive("ETHAN_DB_POOL_SIZE", 20),
+        "timeout": 30,
+    }
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
