@@ -1,45 +1,60 @@
-"""Concurrent streams: how many slow streamed turns `make serve` holds at once, and what each
+"""Concurrent streams: how many slow streamed turns each server holds at once, and what each
 costs, with half the clients on /v1/chat/completions (the openai SDK's AsyncOpenAI) and half on
-/api/chat (`"stream": true`, httpx2), all at once, at 100, 300 and 1,000 streams.
+/api/chat (`"stream": true`, httpx2), all at once, at 100, 300 and 1,000 streams; issue 27's
+server and the synchronous baseline measured in the same run, on the same machine state.
+
+The servers (`--server asgi|gunicorn|both`, both by default):
+
+- asgi: the documented serve command, `<venv>/bin/ethan serve --bind 127.0.0.1:PORT` (what
+  `make serve` runs): ethan_site.asgi under uvicorn, one process, every turn on its event loop.
+- gunicorn: the baseline, the old `make serve`'s command line (gunicorn reading
+  gunicorn.conf.py, WEB_CONCURRENCY sync workers, 2 by default), now serving
+  ethan_site.wsgi:application.
 
 The model is bench.slow_model in a process of its own: one asyncio loop speaking OpenAI's wire
 protocol, its first chunk 1 s after a request, then a chunk every 250 ms for 10 s, as a real
-model's long answer comes. Before the server is measured, the same clients stream straight
+model's long answer comes. Before the servers are measured, the same clients stream straight
 from it at each level, to show that it is not what is measured and what the clients themselves
 add ("model alone").
 
-The server is started as `make serve` starts it (the Makefile's gunicorn command line, reading
-gunicorn.conf.py, WEB_CONCURRENCY workers, 2 by default) on a free loopback port, on a fresh
-SQLite home (embedded mode, no broker) or on PostgreSQL with a Celery worker on Redis (as
-deployed), with ETHAN_MODEL=gpt-4o on the OpenAI provider at the slow model's URL. Each
-stream is a person of its own (a user and an API token, made by the bench), and
-ETHAN_API_RATE is raised besides, so that no throttle refuses anything (the run says so).
-Each level gets a gunicorn of its own, warmed up, so that turns a level gave up on (the server
-still runs them to the end) do not fall on the next.
+Both servers run on one fresh SQLite home (embedded mode, no broker) or one PostgreSQL database
+with a Celery worker on Redis (as deployed), with ETHAN_MODEL=gpt-4o on the OpenAI provider at
+the slow model's URL. Each stream is a person of its own (a user and an API token, made by the
+bench); ETHAN_API_RATE is raised, and ETHAN_TURNS_PER_PROCESS raised to at least twice the
+largest level (ETHAN_TURNS_PER_PERSON stays 8: one turn per person at a time here), so that
+nothing is refused (the run says so). Every measurement (the single streams, each level) gets
+a server process of its own, warmed up, on a fresh port; the two servers take turns going first,
+alternating from one measurement to the next (and from one database to the other), so that
+neither systematically gets the quieter machine. After each measurement the server is stopped
+before the database is read: gunicorn with SIGQUIT (its quick shutdown: a turn a client gave up
+on dies with its worker); `ethan serve` with SIGTERM, its graceful drain (ETHAN_DRAIN_SECONDS,
+15 here: turns whose clients left finish and are stored, those still running at the limit are
+stored as interrupted), and SIGKILL only if it is still running STOP_SECONDS after the drain's
+limit (the table says how each stopped).
 
-At each level, for `--timeout` seconds (60): the streams completed (every event read, the
-reply whole); that each completed reply is stored exactly once (after the level, the database:
-one assistant message with that reply in the session of that turn's message); the time the
-server adds before the first delta,
+At each level and server, for `--timeout` seconds (60): the streams completed (every event
+read, the reply whole); that each completed reply is stored exactly once (after the server
+stopped, the database: one assistant message with that reply in the session of that turn's
+message); the time the server adds before the first delta,
 
     added = (first delta read − request sent) − (model's first chunk − request reached it)
 
 p50 and p95 over every stream (one with no delta by the timeout counts as longer than it),
 with its two parts, before the model (request sent → the model has it) and after (the model's
-first chunk → the client reads its delta); GET /healthz every 100 ms, p99 (unanswered by the
-end: longer than the timeout); the CPU seconds of gunicorn's process group (arbiter and
-workers) and its RSS, the peak over the level less the warmed-up start divided by the most
-streams open at once (headers read, not finished) as memory per open stream. A line of
-single streams (one at a time, `--single` of them, endpoints alternating) gives the added time
-with nothing else running.
+first chunk → the client reads its delta); GET /healthz every 100 ms, p99 (unanswered 5 s after
+the level's end: longer than the run); the CPU seconds of the server's process group (gunicorn's
+arbiter and workers, or the one uvicorn process) and its RSS, the peak over the level less the
+warmed-up start divided by the most streams open at once (headers read, not finished) as
+memory per open stream. A line of single streams per server (one at a time, `--single` of
+them, endpoints alternating) gives the added time with nothing else running.
 
-    python -m bench.concurrent_streams --quick --no-record      # 5 streams, 1 s replies: < 1 min
+    python -m bench.concurrent_streams --quick --no-record      # 5 streams, 1 s replies: ~1 min
     python -m bench.concurrent_streams                           # SQLite, 100 / 300 / 1,000
-    python -m bench.concurrent_streams --database postgresql --levels 100
+    python -m bench.concurrent_streams --database postgresql --levels 100 --server asgi
 
 PostgreSQL and Redis on 127.0.0.1 for the PostgreSQL run: the database `--pg-database` is
 dropped and re-created, the Redis databases of `--broker-url` and `--cache-url` flushed.
-Every process started here (the model, gunicorn, Celery) is stopped at the end, also on
+Every process started here (the model, the servers, Celery) is stopped at the end, also on
 errors and Ctrl-C.
 """
 
@@ -70,6 +85,7 @@ from bench.server import (
     BenchStack,
     GunicornConfig,
     _psql,
+    free_port,
     process_group_cpu,
 )
 from bench.slow_model import MARKER, WARM_UP, reply_text
@@ -78,8 +94,13 @@ MODEL = "gpt-4o"
 LEVELS = (100, 300, 1_000)
 DATABASES = ("sqlite", "postgresql")
 HEALTHZ_EVERY = 0.1  # seconds between two /healthz requests
+HEALTHZ_GRACE = 5.0  # seconds the requests still unanswered at a level's end may still take
 RSS_EVERY = 0.25  # seconds between two readings of the server's memory
 STOP_SECONDS = 10
+# ETHAN_DRAIN_SECONDS for `ethan serve` here (30 by default): how long a SIGTERM lets the turns
+# whose clients gave up finish before they are stored as interrupted.
+DRAIN_SECONDS = 15
+SERVERS = ("asgi", "gunicorn")
 MB = 1024 * 1024
 
 
@@ -137,11 +158,17 @@ class ModelProcess:
                 self.process.wait()
 
 
-# --- the server as `make serve` starts it ----------------------------------------------------
+# --- the servers -----------------------------------------------------------------------------
 
 
-def serve_command(*, port: int, workers: int) -> list[str]:
-    """The Makefile's `serve` command line, on `port`."""
+def asgi_command(*, port: int) -> list[str]:
+    """The documented serve command (`make serve`, docs/operations.md) on `port`: every door in
+    one process."""
+    return [str(Path(sys.executable).parent / "ethan"), "serve", "--bind", f"127.0.0.1:{port}"]
+
+
+def gunicorn_command(*, port: int, workers: int) -> list[str]:
+    """The baseline: the old `make serve`'s command line (before issue 27), on `port`."""
     return [
         str(Path(sys.executable).parent / "gunicorn"),
         "ethan_site.wsgi:application",
@@ -156,16 +183,29 @@ def serve_command(*, port: int, workers: int) -> list[str]:
     ]
 
 
+def server_label(server: str, workers: int) -> str:
+    if server == "asgi":
+        return "`ethan serve` (ethan_site.asgi under uvicorn, one process)"
+    return f"the old `make serve`'s gunicorn, {workers} sync workers (ethan_site.wsgi)"
+
+
+def server_order(index: int, servers: tuple[str, ...]) -> tuple[str, ...]:
+    """The servers in the order the `index`th measurement runs them: each goes first every other
+    time, so that neither systematically gets the quieter machine."""
+    return servers if index % 2 == 0 else servers[::-1]
+
+
 class ServeStack(BenchStack):
-    """bench.server's stack, its web server `make serve`'s gunicorn command instead, on a
-    database and Redis databases of this bench's own (never the other benches' or the suite's),
-    and the web server restartable between levels. Like the other HTTP benchmarks it holds
-    bench.server's lock: on two cores, two of them at once would measure each other."""
+    """bench.server's stack, its web server one of the servers measured here, a fresh one per
+    measurement, on a database and Redis databases of this bench's own (never the other
+    benches' or the suite's). Like the other HTTP benchmarks it holds bench.server's lock: on
+    two cores, two of them at once would measure each other."""
 
     def __init__(
         self,
         *,
         database: str,
+        server: str,
         workers: int,
         pg_database: str,
         broker_url: str,
@@ -175,6 +215,7 @@ class ServeStack(BenchStack):
         super().__init__(gunicorn=GunicornConfig(workers=workers), extra_env=extra_env)
         assert not pg_database.startswith("test_") and pg_database != "ethan"
         self.database = database
+        self.server = server  # the server started next
         self.workers = workers
         self.pg_database = pg_database
         self.broker_url = broker_url
@@ -182,16 +223,25 @@ class ServeStack(BenchStack):
 
     def _environment(self, database_url: str) -> dict[str, str]:
         env = super()._environment(database_url)
-        env["WEB_CONCURRENCY"] = str(self.workers)
+        # gunicorn's workers are on its command line; `ethan serve` would read this as its
+        # number of processes, and the one measured is the documented one: a single process.
+        env.pop("WEB_CONCURRENCY", None)
         if self.database == "postgresql":
             env["CELERY_BROKER_URL"] = self.broker_url
             env["ETHAN_CACHE_URL"] = self.cache_url
         return env
 
     def _spawn(self, name: str, command: list[str]) -> None:
-        if name == "gunicorn":
-            command = serve_command(port=self.port, workers=self.workers)
+        if name == "gunicorn":  # bench.server's web server: the one measured next instead
+            name = self.server
+            if name == "asgi":
+                command = asgi_command(port=self.port)
+            else:
+                command = gunicorn_command(port=self.port, workers=self.workers)
         super()._spawn(name, command)
+
+    def _wait_web(self) -> float:
+        return self._wait_healthz(self.server, self.base_url)
 
     def _flush_redis(self) -> None:
         import redis
@@ -220,15 +270,27 @@ class ServeStack(BenchStack):
         self._wait_ready()
 
     def web(self) -> subprocess.Popen:
-        return next(p for p in self.processes if p.bench_name == "gunicorn")
+        return next(p for p in self.processes if p.bench_name in SERVERS)
 
-    def restart_web(self) -> None:
-        """A new gunicorn: the turns the last one was still running are dropped with it."""
-        web = self.web()
-        _stop_group(web, signal.SIGQUIT)  # gunicorn's quick shutdown: the workers at once
-        self.processes.remove(web)
+    def start_server(self, server: str) -> None:
+        """A fresh `server` on a fresh port, answering /healthz (the running one stopped
+        first)."""
+        if any(p.bench_name in SERVERS for p in self.processes):
+            self.stop_server()
+        self.server = server
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
         self._spawn("gunicorn", [])
         self._wait_web()
+
+    def stop_server(self) -> dict:
+        """Stops the web server; how: the signal, the seconds until it exited, and whether it
+        had to be killed."""
+        web = self.web()
+        self.processes.remove(web)
+        if web.bench_name == "asgi":  # the graceful drain, as a deployment stops it
+            return _stop_group(web, signal.SIGTERM, wait=DRAIN_SECONDS + STOP_SECONDS)
+        return _stop_group(web, signal.SIGQUIT)  # gunicorn's quick shutdown: workers at once
 
     def _stop(self) -> None:
         for process in self.processes:
@@ -254,16 +316,26 @@ class ServeStack(BenchStack):
             self._lock_file = None
 
 
-def _stop_group(process: subprocess.Popen, first: signal.Signals | None = None) -> None:
-    """The process's group: `first` (SIGTERM unless said), then SIGKILL if it lingers."""
+def _stop_group(
+    process: subprocess.Popen, first: signal.Signals | None = None, wait: float = STOP_SECONDS
+) -> dict:
+    """The process's group: `first` (SIGTERM unless said), then SIGKILL if it lingers past
+    `wait` seconds. How it went: the signal, the seconds until the process exited, killed or
+    not."""
+    first = first or signal.SIGTERM
+    started = time.monotonic()
+    killed = False
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, first or signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=STOP_SECONDS)
-    with contextlib.suppress(ProcessLookupError):  # a worker outliving its arbiter
+            os.killpg(process.pid, first)
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            killed = True
+    with contextlib.suppress(ProcessLookupError):  # a worker outliving its leader
         os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+    return {"signal": first.name, "seconds": time.monotonic() - started, "killed": killed}
 
 
 def process_group_rss(pgid: int) -> int:
@@ -439,9 +511,14 @@ async def poll_healthz(clients: Clients, latencies: list[float], stop: asyncio.E
         task.add_done_callback(pending.discard)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), HEALTHZ_EVERY)
-    for task in list(pending):
+    # The requests sent just before the end get HEALTHZ_GRACE to answer: one sent a few ms
+    # before a quick level ended is not a request the server left unanswered.
+    if pending:
+        await asyncio.wait(set(pending), timeout=HEALTHZ_GRACE)
+    unanswered = list(pending)
+    for task in unanswered:
         task.cancel()
-    latencies.extend(math.inf for _ in pending)
+    latencies.extend(math.inf for _ in unanswered)
 
 
 async def watch_memory(pgid: int, streams: list[Stream], peak: dict, stop: asyncio.Event):
@@ -628,7 +705,7 @@ def model_alone_line(alone: dict, timeout: float) -> str:
 
 
 def level_row(result: dict) -> tuple[str, list[str]]:
-    """The level's row of the table, and how the streams not completed ended."""
+    """The row of one level on one server, and how its streams not completed ended."""
     streams = result["streams"]
     storage = result["storage"]
     by_endpoint = {
@@ -647,20 +724,27 @@ def level_row(result: dict) -> tuple[str, list[str]]:
     twice = f", {storage['stored_twice']} twice" if storage["stored_twice"] else ""
     problems = sorted({s["problem"] for s in streams if s["problem"] and not s["done"]})
     row = (
-        f"| {result['level']:,} | {storage['completed']:,} ({by_endpoint[API]:,} / "
-        f"{by_endpoint[V1]:,}) | {storage['stored_once']:,} of {storage['completed']:,}"
-        f"{twice} | {delta_read:,} "
+        f"| {result['level']:,} | {result['server']} | {storage['completed']:,} "
+        f"({by_endpoint[API]:,} / {by_endpoint[V1]:,}) | {storage['stored_once']:,} of "
+        f"{storage['completed']:,}{twice} | {delta_read:,} "
         f"| {ms(a50)} | {ms(a95)} | {ms(b50)} / {ms(b95)} | {ms(f50)} / {ms(f95)} "
         f"| {ms(percentile(healthz, 0.99))} ({answered:,} of {len(healthz):,}) "
         f"| {result['server_cpu']:.1f} | {result['rss_before'] / MB:.0f} → "
         f"{result['rss_peak'] / MB:.0f} | {result['open_peak']:,} / "
-        f"{result['model']['peak_open']:,} | {per_stream:.1f} "
-        f"| {storage['not_completed_stored']:,} |"
+        f"{result['model']['peak_open']:,} | {per_stream:.2f} "
+        f"| {storage['not_completed_stored']:,} | {stopped(result['stop'])} |"
     )
     return row, problems
 
 
-def single_line(single: dict) -> str:
+def stopped(stop: dict) -> str:
+    """How the server stopped after the level: '{signal}, 0.4 s', or killed after the wait."""
+    if stop["killed"]:
+        return f"{stop['signal']}, SIGKILL after {stop['seconds']:.0f} s"
+    return f"{stop['signal']}, {stop['seconds']:.1f} s"
+
+
+def single_line(server: str, single: dict) -> str:
     streams = single["streams"]
     added = added_ms(streams, single["model"]["records"])
     a50, a95 = p50_p95(added["added"])
@@ -668,7 +752,7 @@ def single_line(single: dict) -> str:
     f50, f95 = p50_p95(added["after"])
     completed = sum(1 for s in streams if s["done"])
     return (
-        f"Single streams ({len(streams)} one after another, endpoints alternating, "
+        f"- Single streams, {server} ({len(streams)} one after another, endpoints alternating, "
         f"{completed} completed): added before the first delta p50 {ms(a50)} ms, p95 "
         f"{ms(a95)} ms (before the model {ms(b50)} / {ms(b95)} ms, after it {ms(f50)} / "
         f"{ms(f95)} ms)."
@@ -679,33 +763,41 @@ def report(results: list[dict], args) -> str:
     lines = []
     for result in results:
         reply = result["reply"]
+        servers = "; ".join(f"{name}: {label}" for name, label in result["servers"].items())
+        order = ", ".join(
+            f"{'single streams' if what == 'single' else f'{what:,}'}: {' then '.join(first)}"
+            for what, first in result["order"]
+        )
         lines += [
-            f"{result['database']}: {result['server']}. ETHAN_API_RATE raised to {API_RATE} for "
-            f"the run, each stream a person of its own. The model: first chunk "
+            f"{result['database']}, {result['broker']}. Servers ({servers}), each measurement "
+            f"on a fresh warmed-up process of its own; who went first ({order}). "
+            f"ETHAN_API_RATE raised to {API_RATE} and ETHAN_TURNS_PER_PROCESS to "
+            f"{result['turns_cap']:,} for the run, ETHAN_TURNS_PER_PERSON at 8, each stream a "
+            f"person of its own; `ethan serve` stopped with SIGTERM (ETHAN_DRAIN_SECONDS "
+            f"{DRAIN_SECONDS}), gunicorn with SIGQUIT. The model: first chunk "
             f"{args.first_chunk_ms:.0f} ms after each request, then one every "
             f"{args.chunk_ms:.0f} ms for {args.stream_seconds:g} s ({len(reply) // 4} pieces); "
-            f"each level {args.timeout:.0f} s, a fresh warmed-up gunicorn for each. "
-            f"{result['load']}.",
+            f"each level {args.timeout:.0f} s. {result['load']}.",
             "",
             *(model_alone_line(alone, args.timeout) for alone in result.get("alone") or ()),
+            *(single_line(server, single) for server, single in result["single"].items()),
             "",
-            single_line(result["single"]) if result.get("single") else "",
-            "",
-            "| streams at once | completed (/api/chat / /v1) | stored exactly once "
+            "| streams at once | server | completed (/api/chat / /v1) | stored exactly once "
             "| first delta read | added p50 ms | added p95 ms | before model p50 / p95 ms "
             "| after model p50 / p95 ms | /healthz p99 ms (answered) | server CPU s "
             "| server RSS MB (start → peak) | most open: clients / model | MB per open stream "
-            "| given up, stored anyway |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| given up, stored anyway | stopped |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        problems: set[str] = set()
-        for level in result["levels"]:
+        problems: dict[str, set[str]] = {}
+        for level in sorted(result["levels"], key=lambda r: (r["level"], r["server"])):
             row, level_problems = level_row(level)
             lines.append(row)
-            problems.update(level_problems)
-        if problems:
-            shown = "; ".join(sorted(problems)[:4])
-            lines += ["", f"Streams not completed ended with: {shown}."]
+            problems.setdefault(level["server"], set()).update(level_problems)
+        for server, seen in problems.items():
+            if seen:
+                shown = "; ".join(sorted(seen)[:4])
+                lines += ["", f"{server}: streams not completed ended with: {shown}."]
         lines.append("")
     return "\n".join(lines).replace("\n\n\n", "\n\n").strip()
 
@@ -731,15 +823,23 @@ def people_tokens(count: int) -> list[str]:
 
 
 def measure_database(database: str, args) -> dict:
-    """The model alone, then the server on `database`: single streams, then each level."""
+    """The model alone, then both servers (or the one asked for) on `database`: single
+    streams, then each level, the servers taking turns going first."""
     from bench.server import cpu_note
 
     raise_open_files()
+    servers = SERVERS if args.server == "both" else (args.server,)
     model = ModelProcess(
         first_chunk_ms=args.first_chunk_ms,
         chunk_ms=args.chunk_ms,
         stream_seconds=args.stream_seconds,
     )
+    # The single streams, then each level; the PostgreSQL run starts where the SQLite one did
+    # not, so that over a `--database both` run each server goes first as often.
+    plan = [("single", None)] if args.single else []
+    plan += [("level", level) for level in args.levels]
+    offset = DATABASES.index(database)
+    turns_cap = max(2_000, 2 * max(args.levels))
     try:
         alone = []
         if args.model_check:
@@ -749,9 +849,12 @@ def measure_database(database: str, args) -> dict:
             "OPENAI_BASE_URL": f"{model.url}/v1",
             "ETHAN_MODEL": MODEL,
             "ETHAN_API_RATE": API_RATE,
+            "ETHAN_TURNS_PER_PROCESS": str(turns_cap),
+            "ETHAN_DRAIN_SECONDS": str(DRAIN_SECONDS),
         }
         stack = ServeStack(
             database=database,
+            server=server_order(offset, servers)[0],
             workers=args.workers,
             pg_database=args.pg_database,
             broker_url=args.broker_url,
@@ -759,61 +862,72 @@ def measure_database(database: str, args) -> dict:
             extra_env=extra_env,
         )
         with stack:
-            from django.db import connections
-
             from bench.common import database_label
 
             label = database_label()
             tokens = people_tokens(max(args.levels))
             load = cpu_note()
             numbers = itertools.count(1)
-            single = None
-            if args.single:
-                single = asyncio.run(
-                    with_clients(
-                        stack.base_url,
-                        tokens,
-                        args,
-                        numbers,
-                        run_single,
-                        model=model,
-                        count=args.single,
-                        workers=args.workers,
-                    )
-                )
+            single: dict[str, dict] = {}
             levels = []
-            for level in args.levels:
-                stack.restart_web()
-                result = asyncio.run(
-                    with_clients(
-                        stack.base_url,
-                        tokens,
-                        args,
-                        numbers,
-                        run_level,
-                        model=model,
-                        server_pgid=stack.web().pid,
-                        level=level,
-                        workers=args.workers,
-                    )
-                )
-                stack.restart_web()  # the turns given up on stop here, before the count
-                result["storage"] = storage_check(result["streams"], stored_replies(model.reply))
-                connections.close_all()
-                levels.append(result)
-                print(level_row(result)[0], flush=True)
+            order = []
+            for index, (what, level) in enumerate(plan):
+                first = server_order(index + offset, servers)
+                order.append((what if level is None else level, first))
+                for server in first:
+                    result = measure_server(stack, server, level, tokens, numbers, model, args)
+                    if level is None:
+                        single[server] = result
+                    else:
+                        levels.append(result)
+                        print(level_row(result)[0], flush=True)
     finally:
         model.close()
     broker = "embedded (no broker)" if database == "sqlite" else "one Celery worker on Redis"
     return {
         "database": label,
-        "server": f"`make serve`'s gunicorn, {args.workers} sync workers, {broker}",
+        "broker": broker,
+        "servers": {server: server_label(server, args.workers) for server in servers},
+        "order": order,
+        "turns_cap": turns_cap,
         "load": load,
         "reply": model.reply,
         "alone": alone,
         "single": single,
         "levels": levels,
     }
+
+
+def measure_server(
+    stack: ServeStack,
+    server: str,
+    level: int | None,
+    tokens: list[str],
+    numbers: itertools.count,
+    model: ModelProcess,
+    args,
+) -> dict:
+    """A fresh `server`, warmed up: `level` streams at once (None: the single streams), the
+    server stopped, then what it stored."""
+    from django.db import connections
+
+    stack.start_server(server)
+    workers = args.workers if server == "gunicorn" else 1
+    if level is None:
+        run, kwargs = run_single, {"count": args.single}
+    else:
+        run, kwargs = run_level, {"server_pgid": stack.web().pid, "level": level}
+    result = asyncio.run(
+        with_clients(
+            stack.base_url, tokens, args, numbers, run, model=model, workers=workers, **kwargs
+        )
+    )
+    # Before the count: gunicorn drops the turns given up on, `ethan serve` drains them.
+    result["stop"] = stack.stop_server()
+    result["server"] = server
+    result["storage"] = storage_check(result["streams"], stored_replies(model.reply))
+    connections.close_all()
+    return result
 
 
 async def with_clients(base_url, tokens, args, numbers, run, **kwargs) -> dict:
@@ -836,6 +950,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--database", choices=(*DATABASES, "both"), default="sqlite")
+    parser.add_argument("--server", choices=(*SERVERS, "both"), default="both")
     parser.add_argument(
         "--levels",
         type=lambda text: tuple(int(n) for n in re.split(r"[, ]+", text.strip()) if n),
@@ -847,14 +962,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first-chunk-ms", type=float, default=1000.0)
     parser.add_argument("--chunk-ms", type=float, default=250.0)
     parser.add_argument("--stream-seconds", type=float, default=10.0)
-    parser.add_argument("--workers", type=int, default=2, help="WEB_CONCURRENCY (make serve: 2)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="the baseline gunicorn's workers (old make serve: 2)"
+    )
     parser.add_argument(
         "--no-model-check",
         dest="model_check",
         action="store_false",
         help="skip the model-alone run",
     )
-    parser.add_argument("--quick", action="store_true", help="5 streams, 1 s replies, < 1 min")
+    parser.add_argument(
+        "--quick", action="store_true", help="5 streams, 1 s replies, both servers: ~1 min"
+    )
     parser.add_argument("--pg-database", default="ethan_bench_streams")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/11")
     parser.add_argument("--cache-url", default="redis://127.0.0.1:6379/12")
@@ -872,7 +991,7 @@ def main(argv: list[str] | None = None) -> int:
         databases=DATABASES,
         measure_database=measure_database,
         report=report,
-        title="Concurrent streams (make serve, slow model)",
+        title="Concurrent streams: ethan serve (ASGI) and the gunicorn baseline, slow model",
     )
 
 

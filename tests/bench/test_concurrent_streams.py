@@ -1,6 +1,7 @@
 """The concurrent-streams benchmark: its slow model, its reading of what was stored and timed,
-and the whole bench at its smallest (`--quick`) against `make serve`'s gunicorn, so that it
-cannot rot (no timing is asserted, nothing is recorded)."""
+the order in which the servers take turns, and the whole bench at its smallest (`--quick`)
+against both servers, `ethan serve` and the old gunicorn baseline, so that it cannot rot (no
+timing is asserted, nothing is recorded)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 
 from bench import concurrent_streams
 from bench.common import ROOT
-from bench.concurrent_streams import ModelProcess, added_ms, storage_check
+from bench.concurrent_streams import ModelProcess, added_ms, server_order, storage_check
 from bench.openai_compat import read_chunks
 
 
@@ -81,7 +82,19 @@ def test_storage_check_wants_each_completed_reply_stored_once():
     }
 
 
-def test_the_quick_bench_runs_against_make_serve(tmp_path):
+def test_the_servers_take_turns_going_first():
+    servers = ("asgi", "gunicorn")
+
+    assert [server_order(index, servers) for index in range(4)] == [
+        ("asgi", "gunicorn"),
+        ("gunicorn", "asgi"),
+        ("asgi", "gunicorn"),
+        ("gunicorn", "asgi"),
+    ]
+    assert server_order(1, ("asgi",)) == ("asgi",)
+
+
+def test_the_quick_bench_runs_against_both_servers(tmp_path):
     out = tmp_path / "result.json"
     env = {
         name: value
@@ -94,19 +107,32 @@ def test_the_quick_bench_runs_against_make_serve(tmp_path):
 
     (alone,) = result["alone"]
     assert all(s["done"] for s in alone["streams"])
-    assert all(s["done"] for s in result["single"]["streams"])
-    (level,) = result["levels"]
-    assert level["storage"] == {
-        "completed": 5,
-        "stored_once": 5,
-        "stored_twice": 0,
-        "not_completed_stored": 0,
-    }
-    assert {s["endpoint"] for s in level["streams"]} == {"/api/chat", "/v1/chat/completions"}
-    assert level["healthz_ms"] and level["server_cpu"] > 0 and level["rss_peak"] > 0
+    assert result["order"] == [["single", ["asgi", "gunicorn"]], [5, ["gunicorn", "asgi"]]]
+    assert sorted(result["single"]) == ["asgi", "gunicorn"]
+    for single in result["single"].values():
+        assert all(s["done"] for s in single["streams"])
+    assert [level["server"] for level in result["levels"]] == ["gunicorn", "asgi"]
+    for level in result["levels"]:
+        assert level["storage"] == {
+            "completed": 5,
+            "stored_once": 5,
+            "stored_twice": 0,
+            "not_completed_stored": 0,
+        }
+        assert {s["endpoint"] for s in level["streams"]} == {"/api/chat", "/v1/chat/completions"}
+        assert level["healthz_ms"] and level["server_cpu"] > 0 and level["rss_peak"] > 0
+        # Nothing left running when the level ended: each server exited on its first signal.
+        assert not level["stop"]["killed"]
+    assert [level["stop"]["signal"] for level in result["levels"]] == ["SIGQUIT", "SIGTERM"]
     table = concurrent_streams.report([result], quick_args())
-    assert table.count("\n| 5 | 5 (3 / 2) | 5 of 5 | 5 |") == 1
+    assert table.count("\n| 5 | asgi | 5 (3 / 2) | 5 of 5 | 5 |") == 1
+    assert table.count("\n| 5 | gunicorn | 5 (3 / 2) | 5 of 5 | 5 |") == 1
     assert "- Model alone (the same clients straight at bench.slow_model, 5 streams" in table
+    assert "- Single streams, asgi (2 one after another, endpoints alternating, 2 completed)" in (
+        table
+    )
+    assert "- Single streams, gunicorn (2 one after another" in table
+    assert "`ethan serve` (ethan_site.asgi under uvicorn, one process)" in table
 
 
 def quick_args() -> argparse.Namespace:
