@@ -63,8 +63,11 @@ def noted(text: str) -> str:
 
 @pytest.mark.django_db(transaction=True)
 def test_twenty_clients_on_one_session_each_get_their_own_reply(
-    services_ready, owner, make_session, api_for, llm_config, slow_model
+    services_ready, owner, make_session, api_for, llm_config, slow_model, settings
 ):
+    # The order of one person's turns, not their cap (ETHAN_TURNS_PER_PERSON, tested in
+    # tests/channels): all twenty are taken.
+    settings.ETHAN_TURNS_PER_PERSON = CLIENTS
     session = make_session(owner, "let us begin", "sure", channel=ChatSession.Channel.API)
     clients = [api_for(owner) for _ in range(CLIENTS)]  # the token exists before the race
     questions = [f"question {n:02d}: where were we" for n in range(CLIENTS)]
