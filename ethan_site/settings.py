@@ -392,6 +392,11 @@ OAUTH2_PROVIDER = {
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Ethan memory",
 }
+# django-oauth-toolkit's deploy check warns that http redirect URIs are allowed at all; Ethan
+# allows them only to the loopback interface, where a desktop host listens (RFC 8252 §7.3, as
+# RFC 9700 §2.1 permits), and refuses any other (oauth_app.clients, for registration and
+# metadata documents alike).
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 
 # --- Lark -----------------------------------------------------------------------------------
 # An event still being answered this long after a worker took it belongs to a worker that died:
