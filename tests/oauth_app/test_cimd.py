@@ -1,0 +1,122 @@
+"""Fetching client metadata documents (oauth_app.cimd): no private, loopback or link-local
+target unless a setting allows its network; a size limit, a timeout, the HTTP cache, and the
+redirect-URI rule. The documents come from a loopback https server of the test's own CA."""
+
+from __future__ import annotations
+
+import pytest
+from oauth2_provider.cimd import CIMDError, refresh_if_stale, resolve_cimd_application
+from oauth2_provider.models import Application
+
+from oauth_app.cimd import MetadataFetcher
+from tests.oauth_app.hosts import REDIRECT, LoopbackCA, document_server
+
+
+@pytest.fixture
+def ca(tmp_path):
+    return LoopbackCA.make(tmp_path)
+
+
+@pytest.fixture
+def documents(ca, settings, db):
+    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["127.0.0.1/32"]
+    settings.ETHAN_OAUTH_CIMD_CA_FILE = str(ca.ca_file)
+    with document_server(ca) as served:
+        yield served
+
+
+def host_document(documents, path="/host.json", **metadata) -> str:
+    return documents.publish(
+        path,
+        **{
+            "client_name": "Host",
+            "redirect_uris": [REDIRECT],
+            "token_endpoint_auth_method": "none",
+            **metadata,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "client_id",
+    [
+        "https://127.0.0.1/client.json",  # loopback
+        "https://10.1.2.3/client.json",  # private
+        "https://169.254.169.254/latest/meta-data",  # link-local: the cloud's metadata
+        "https://[::1]/client.json",
+        "https://[::ffff:10.0.0.1]/client.json",  # a private IPv4 inside an IPv6 address
+    ],
+)
+def test_private_loopback_and_link_local_targets_are_refused(client_id, settings):
+    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = []
+
+    with pytest.raises(CIMDError, match="non-public address"):
+        MetadataFetcher().fetch(client_id)
+
+
+def test_the_test_network_setting_opens_only_its_network(documents, settings):
+    client_id = host_document(documents)
+    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["10.0.0.0/8"]
+
+    with pytest.raises(CIMDError, match=r"non-public address \(127.0.0.1\)"):
+        MetadataFetcher().fetch(client_id)
+    assert documents.fetches == {}
+
+
+def test_a_document_is_fetched_and_becomes_a_public_client(documents):
+    client_id = host_document(documents, client_name="Claude")
+
+    application = resolve_cimd_application(client_id, None)
+
+    assert (application.name, application.client_type, application.redirect_uris) == (
+        "Claude",
+        Application.CLIENT_PUBLIC,
+        REDIRECT,
+    )
+
+
+def test_a_document_over_the_size_limit_is_refused(documents):
+    client_id = host_document(documents, client_name="x" * 20_000)
+
+    with pytest.raises(CIMDError, match="maximum allowed size"):
+        MetadataFetcher().fetch(client_id)
+
+
+def test_a_slow_server_is_given_up_on(documents, settings):
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "CIMD_FETCH_TIMEOUT_SECONDS": 1}
+    client_id = host_document(documents)
+    documents.delay = 2
+
+    with pytest.raises(CIMDError, match="could not fetch"):
+        MetadataFetcher().fetch(client_id)
+
+
+def test_a_certificate_no_one_trusts_is_refused(documents, settings):
+    client_id = host_document(documents)
+    settings.ETHAN_OAUTH_CIMD_CA_FILE = ""
+
+    with pytest.raises(CIMDError, match="could not fetch"):
+        MetadataFetcher().fetch(client_id)
+
+
+def test_redirect_uris_must_be_https_or_loopback(documents):
+    client_id = host_document(documents, redirect_uris=["http://host.example/callback"])
+
+    with pytest.raises(CIMDError, match="redirect URIs use https"):
+        MetadataFetcher().fetch(client_id)
+    assert resolve_cimd_application(client_id, None) is None
+
+
+def test_the_document_is_cached_for_its_max_age(documents, settings):
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "CIMD_METADATA_MIN_AGE_SECONDS": 0}
+    cached = host_document(documents, "/cached.json")
+    documents.cache_control = "max-age=600"
+    application = resolve_cimd_application(cached, None)
+    refresh_if_stale(application, None)
+
+    documents.cache_control = "no-store"
+    uncached = host_document(documents, "/uncached.json")
+    application = resolve_cimd_application(uncached, None)
+    refresh_if_stale(application, None)
+
+    assert documents.fetches == {"/cached.json": 1, "/uncached.json": 2}
