@@ -190,3 +190,20 @@ def test_the_issuer_comes_back_with_the_code(host):
     answer = host.consent(challenge)
 
     assert parse_qs(urlsplit(answer["Location"]).query)["iss"] == [ORIGIN]
+
+
+def test_denying_sends_the_host_away_with_nothing_granted(host, owner):
+    _, challenge = pkce()
+    page = host.client.get("/oauth/authorize/", host.authorize_params(challenge))
+    form = page.context["form"]
+    fields = {
+        name: form[name].value() or "" for name in form.fields if name not in ("allow", "write")
+    }
+
+    answer = host.client.post("/oauth/authorize/", fields)  # Deny: no `allow`
+
+    query = parse_qs(urlsplit(answer["Location"]).query)
+    assert answer.status_code == 302 and query["error"] == ["access_denied"]
+    assert query["state"] == ["s1"]
+    assert not Connection.objects.exists()
+    assert not AccessToken.objects.filter(user=owner).exists()

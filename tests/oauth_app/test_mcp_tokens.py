@@ -131,3 +131,34 @@ def test_an_expired_token_is_refused(mcp_url, client, owner):
     AccessToken.objects.filter(user=owner).update(expires=timezone.now())
 
     assert post(mcp_url, INITIALIZE, token=token).status_code == 401
+
+
+def test_oauth_sessions_count_toward_the_persons_cap(
+    transactional_db, client, owner, settings, monkeypatch
+):
+    from rest_framework.authtoken.models import Token
+
+    from agent_app.mcp_server.http import PersonalSessions
+    from tests.mcp_client import INITIALIZED
+
+    adopted = []
+    adopt = PersonalSessions.adopt
+    monkeypatch.setattr(
+        PersonalSessions, "adopt", lambda manager: adopted.append(adopt(manager)) or adopted[-1]
+    )
+    settings.ETHAN_MCP_SESSIONS_PER_PERSON = 1
+    with served_in_thread() as url:
+        host = host_at(client, owner, origin_of(url))
+        oauth_token = host.tokens()["access_token"]
+        api_token = Token.objects.create(user=owner).key
+        [manager] = adopted
+        first = post(url, INITIALIZE, token=api_token)
+        session = first.headers["mcp-session-id"]
+        headers = {**ACCEPT, "Authorization": f"Bearer {api_token}", "Mcp-Session-Id": session}
+        assert httpx2.post(url, json=INITIALIZED, headers=headers, timeout=30).status_code == 202
+
+        second = post(url, INITIALIZE, token=oauth_token)  # the same person, by OAuth
+
+        assert second.status_code == 200
+        # One person, one session at most: the idle one opened by API token made room.
+        assert list(manager.sessions_of(str(owner.pk))) == [second.headers["mcp-session-id"]]
