@@ -9,10 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.http.request import split_domain_port
 from django.shortcuts import render
 from django.urls import get_script_prefix
 from django.views.decorators.cache import never_cache
@@ -34,12 +32,9 @@ class Connections:
 
 
 def mcp_url(request: HttpRequest) -> str:
-    """The MCP server's URL as the person reaches this site: the same host name, the port of
-    ETHAN_MCP_BIND, because `ethan mcp --http` (make serve-mcp) is its own process beside the
-    web one (docs/mcp.md)."""
-    domain, _port = split_domain_port(request.get_host())
-    port = settings.ETHAN_MCP_BIND.rpartition(":")[2]
-    return f"{request.scheme}://{domain}:{port}/mcp"
+    """The MCP server's URL as the person reaches this site: /mcp on the same origin, which
+    the one server serves beside the pages (ethan_site.asgi)."""
+    return request.build_absolute_uri(f"{get_script_prefix()}mcp")
 
 
 def ethan_command() -> str:

@@ -23,6 +23,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 import llm
+from ethan_site import queue
 from llm.types import StreamEvent
 
 T = TypeVar("T")
@@ -55,19 +56,41 @@ class _AsyncIO:
             sync_to_async(_in_pool, thread_sensitive=False)(step, *args, **kwargs)
         )
         try:
-            return await asyncio.shield(running)
+            result, deferred = await asyncio.shield(running)
         except asyncio.CancelledError:
             with suppress(Exception):
                 await running
             raise
+        if deferred:
+            _in_background(deferred)
+        return result
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
         return llm.astream(**request)
 
 
-def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, list]:
+    """A step on a pool thread, and the tasks it deferred there (embedded mode defers a
+    consolidation in the thread that queued it, for the request's end to run: no request ends
+    in a pool thread, so they are handed back to be run beside the rest of the turn)."""
     with pooled_connection():
-        return step(*args, **kwargs)
+        result = step(*args, **kwargs)
+    return result, queue.deferred_take()
+
+
+def _deferred_run(tasks: list) -> None:
+    with pooled_connection():
+        queue.deferred_run(tasks)
+
+
+# Deferred tasks running in the pool: kept so that none is collected mid-run.
+_background: set[asyncio.Future] = set()
+
+
+def _in_background(tasks: list) -> None:
+    running = asyncio.get_running_loop().run_in_executor(None, _deferred_run, tasks)
+    _background.add(running)
+    running.add_done_callback(_background.discard)
 
 
 @contextmanager

@@ -114,8 +114,7 @@ def turn_view(view: Callable[..., HttpResponse]) -> Callable[..., Awaitable[Http
         if isinstance(request, ASGIRequest):
             # The loop's bounded pool, not a thread per request: at most that many database
             # connections however many requests arrive at once.
-            checked = sync_to_async(_pooled, thread_sensitive=False)
-            response = await checked(view, request, *args, **kwargs)
+            response = await turn_io.ASYNC.db(view, request, *args, **kwargs)
             if isinstance(response, TurnAnswer):
                 return await response.on_loop()
             return response
@@ -126,8 +125,3 @@ def turn_view(view: Callable[..., HttpResponse]) -> Callable[..., Awaitable[Http
 
     markcoroutinefunction(door)
     return door
-
-
-def _pooled(view: Callable[..., HttpResponse], request, *args: Any, **kwargs: Any) -> HttpResponse:
-    with turn_io.pooled_connection():
-        return view(request, *args, **kwargs)

@@ -145,7 +145,23 @@ def run_deferred() -> int:
     ran = 0
     pending = _pending()
     while pending:
-        task, args = pending.pop(0)
+        ran += deferred_run([pending.pop(0)])
+    return ran
+
+
+def deferred_take() -> list[tuple[Task, tuple[Any, ...]]]:
+    """Take the tasks deferred in this thread, to run elsewhere (deferred_run): a thread of a
+    pool, which no request's end empties (agent_app.turn_io)."""
+    pending = _pending()
+    taken = list(pending)
+    pending.clear()
+    return taken
+
+
+def deferred_run(tasks: list[tuple[Task, tuple[Any, ...]]]) -> int:
+    """Run deferred tasks in this thread; returns how many ran."""
+    ran = 0
+    for task, args in tasks:
         try:
             # The task's own function, without Celery's retry loop: a laptop should not sit
             # through backoff after a reply. Tasks are idempotent and re-triggered (the next

@@ -31,7 +31,7 @@ def shown(page: str, element_id: str) -> str:
 
 
 def test_home_page_shows_the_places_and_how_to_connect(owner, settings):
-    settings.ETHAN_MCP_BIND = "127.0.0.1:8123"
+    settings.ETHAN_MCP_BIND = "127.0.0.1:8123"  # `ethan mcp --http`, not the site's /mcp
     page = client_for(owner).get("/")
 
     assert page.status_code == 200
@@ -56,9 +56,9 @@ def test_home_page_shows_the_places_and_how_to_connect(owner, settings):
         "token": token,
         "token-reset-command": f"{ethan} token ada --reset",
         "chat-base-url": "http://testserver/v1",
-        "mcp-url": "http://testserver:8123/mcp",
+        "mcp-url": "http://testserver/mcp",
         "mcp-http-command": (
-            "claude mcp add --transport http ethan http://testserver:8123/mcp "
+            "claude mcp add --transport http ethan http://testserver/mcp "
             f"--header 'Authorization: Bearer {token}'"
         ),
         "mcp-stdio-command": f"claude mcp add ethan -- {ethan} mcp --user ada",
@@ -70,7 +70,7 @@ def test_home_page_urls_follow_the_host_the_person_came_by(owner, settings):
     settings.ALLOWED_HOSTS = ["ethan.example"]
     page = client_for(owner).get("/", HTTP_HOST="ethan.example:8000", secure=True).text
     assert shown(page, "chat-base-url") == "https://ethan.example:8000/v1"
-    assert shown(page, "mcp-url") == "https://ethan.example:8001/mcp"
+    assert shown(page, "mcp-url") == "https://ethan.example:8000/mcp"
 
 
 def test_home_page_shows_each_person_their_own_token(owner, other_owner):

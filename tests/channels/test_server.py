@@ -237,3 +237,37 @@ def test_sigterm_past_the_drain_limit_stores_the_reply_so_far_as_interrupted(ser
         ("assistant",),
     ]
     assert _rows(server.home, "SELECT turn_claim FROM sessions_app_chatsession") == [("",)]
+
+
+def test_embedded_memory_work_runs_under_the_server(tmp_path):
+    """Embedded mode (no broker) defers a turn's consolidation to after its reply; under the
+    server the turn's database steps run in a pool, where no request ends, and the work still
+    runs: what the person said becomes facts."""
+    from tests.web_server import api_token, migrated_home, web_server
+
+    home = migrated_home(tmp_path / "home")
+    token = api_token(home, "ada")
+    small = {"ETHAN_MEMORY_HOT_SIZE": "1", "ETHAN_MEMORY_COMPRESS_BATCH": "1"}
+    with web_server(home, **small) as server:
+        status, _, first = _post_chat(server, token, "I live in Porto.")
+        assert status == 200
+        for text in ("My sister is called Ana.", "I work as a nurse."):
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+            body = {"message": text, "session_id": first["session_id"]}
+            connection.request(
+                "POST",
+                "/api/chat",
+                body=json.dumps(body),
+                headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+            )
+            assert connection.getresponse().status == 200
+            connection.close()
+        deadline = time.monotonic() + 20
+        facts: list = []
+        while time.monotonic() < deadline and len(facts) < 2:
+            facts = server.request(
+                "GET", "/api/facts", headers={"Authorization": f"Token {token}"}
+            ).json()["results"]
+            time.sleep(0.2)
+    learnt = " ".join(fact["content"] for fact in facts)
+    assert "Porto" in learnt and "Ana" in learnt, facts
