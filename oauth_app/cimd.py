@@ -12,7 +12,8 @@ failed fetch is remembered for CIMD_FAILURE_BACKOFF_SECONDS.
 
 Ethan adds two things: the private networks a test may open (ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS,
 empty in production, so no private, loopback or link-local address is ever fetched) with the
-CA that signs the test server's certificate (ETHAN_OAUTH_CIMD_CA_FILE); and its redirect-URI
+CA that signs the test server's certificate (ETHAN_OAUTH_CIMD_CA_FILE); the properties the MCP
+specification requires (client_name besides client_id and redirect_uris); and its redirect-URI
 rule (oauth_app.clients), checked before the document becomes a client.
 """
 
@@ -100,9 +101,19 @@ class MetadataFetcher(cimd.SafeMetadataFetcher):
                 continue
             finally:
                 pool.close()
+            _check_required(metadata)
             _check_redirect_uris(metadata)
             return metadata, max_age
         raise cimd.CIMDError(f"could not fetch client_id document: {last_error}")
+
+
+def _check_required(metadata: dict) -> None:
+    """The properties the MCP authorization specification requires of a document: client_id
+    (compared with the URL by django-oauth-toolkit), client_name (what the consent page shows)
+    and redirect_uris."""
+    name = metadata.get("client_name")
+    if not isinstance(name, str) or not name.strip():
+        raise cimd.CIMDError("client metadata must name the client (client_name)")
 
 
 def _check_redirect_uris(metadata: dict) -> None:

@@ -30,6 +30,13 @@ def redirect_uri_refusal(uri: str) -> str | None:
     return f"{uri!r}: redirect URIs use https, or http on the loopback interface"
 
 
+def redirect_host(uri: str) -> tuple[str, bool]:
+    """Where the code goes (the redirect URI's host), and whether that is this very computer's
+    loopback interface, which any program on it could be listening on."""
+    host = urlsplit(uri).hostname or ""
+    return host, _is_loopback(host)
+
+
 def _is_loopback(host: str) -> bool:
     if host.lower() in LOOPBACK_NAMES:
         return True

@@ -30,7 +30,7 @@ from oauth2_provider.views import (
 from rest_framework.throttling import SimpleRateThrottle
 
 from oauth_app import resource, scopes
-from oauth_app.clients import client_domain, client_name, redirect_uri_refusal
+from oauth_app.clients import client_domain, client_name, redirect_host, redirect_uri_refusal
 from oauth_app.services import connection_grant
 
 
@@ -85,9 +85,10 @@ class ConsentView(AuthorizationView):
         application = Application.objects.filter(client_id=form.data.get("client_id", "")).first()
         if application is None:
             raise Http404("unknown client")
+        asked, redirect_uri = form.data.get("scope", ""), form.data.get("redirect_uri", "")
         return self.render_to_response(
             self.get_context_data(
-                form=form, **self._client_context(application, form.data.get("scope", ""))
+                form=form, **self._client_context(application, asked, redirect_uri)
             )
         )
 
@@ -95,17 +96,29 @@ class ConsentView(AuthorizationView):
         context = super().get_context_data(**kwargs)
         application = kwargs.get("application")
         if application is not None:
-            context.update(self._client_context(application, " ".join(kwargs.get("scopes", []))))
+            context.update(
+                self._client_context(
+                    application,
+                    " ".join(kwargs.get("scopes", [])),
+                    kwargs.get("redirect_uri") or "",
+                )
+            )
         return context
 
     @staticmethod
-    def _client_context(application: Application, asked: str) -> dict:
+    def _client_context(application: Application, asked: str, redirect_uri: str) -> dict:
+        # The MCP authorization specification: show the redirect URI's host, and warn when it
+        # is the loopback interface (a metadata document cannot stop another program on the
+        # computer from claiming a localhost callback).
+        host, loopback = redirect_host(redirect_uri)
         return {
             "application": application,
             "client_name": client_name(application),
             "client_domain": client_domain(application),
             "client_verified": application.client_id.startswith("https://"),
             "asks_write": scopes.WRITE in asked.split(),
+            "redirect_host": host,
+            "redirect_loopback": loopback,
         }
 
     def _resource_refusal(self, resources: list[str], request) -> HttpResponse | None:

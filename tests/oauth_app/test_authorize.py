@@ -39,6 +39,10 @@ def test_the_consent_page_names_the_client_and_what_it_may_do(host):
     assert "Connect Test Host" in text and "(says it is 127.0.0.1)" in text
     assert "Read your memory" in text and "Write to your memory" in text
     assert 'name="write"' in text
+    # Where the code goes, and a warning for the loopback interface (MCP security
+    # considerations: "Localhost Redirect URI Risks").
+    assert "sends you back to <strong>127.0.0.1</strong>" in text
+    assert 'id="loopback-warning"' in text
 
 
 def test_signing_in_comes_first(client, owner):

@@ -120,3 +120,12 @@ def test_the_document_is_cached_for_its_max_age(documents, settings):
     refresh_if_stale(application, None)
 
     assert documents.fetches == {"/cached.json": 1, "/uncached.json": 2}
+
+
+def test_a_document_must_name_the_client(documents):
+    client_id = documents.publish(
+        "/nameless.json", redirect_uris=[REDIRECT], token_endpoint_auth_method="none"
+    )
+
+    with pytest.raises(CIMDError, match="client_name"):
+        MetadataFetcher().fetch(client_id)
