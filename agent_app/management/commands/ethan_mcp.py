@@ -12,8 +12,10 @@ class Command(BaseCommand):
     help = (
         "Serve the person's memory to MCP hosts: over stdio for a host that starts it "
         "(ethan mcp: yours, the console's person; --user NAME: another's), or over "
-        "streamable HTTP at /mcp for remote hosts, each request authenticated by its Bearer "
-        "token (ethan mcp --http). docs/mcp.md."
+        "streamable HTTP at /mcp on a port of its own, each request authenticated by its "
+        "Bearer API token (ethan mcp --http). The web server (ethan serve, make serve) serves "
+        "/mcp too, beside every other door and with OAuth for hosts that connect by URL. "
+        "docs/mcp.md."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
