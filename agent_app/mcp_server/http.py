@@ -269,7 +269,7 @@ class OAuthChallenge:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        origin = resource.origin(scheme=scope.get("scheme", "http"), host=headers.get("host", ""))
+        origin = resource.origin(scheme=_scheme(scope, headers), host=headers.get("host", ""))
         bearer = _bearer(headers.get("authorization", ""))
         reset = REQUEST_ORIGIN.set(origin)
         try:
@@ -331,6 +331,15 @@ class OAuthChallenge:
             },
         )
         return replay, refusal
+
+
+def _scheme(scope: Scope, headers: Headers) -> str:
+    """The request's scheme as Django sees it: behind the HTTPS proxy (ETHAN_HTTPS), the one
+    its X-Forwarded-Proto says (SECURE_PROXY_SSL_HEADER), so /mcp and the OAuth pages name the
+    same resource."""
+    if settings.ETHAN_HTTPS and headers.get("x-forwarded-proto", "").lower() == "https":
+        return "https"
+    return scope.get("scheme", "http")
 
 
 def _bearer(authorization: str) -> str | None:

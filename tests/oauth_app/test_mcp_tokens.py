@@ -162,3 +162,24 @@ def test_oauth_sessions_count_toward_the_persons_cap(
         assert second.status_code == 200
         # One person, one session at most: the idle one opened by API token made room.
         assert list(manager.sessions_of(str(owner.pk))) == [second.headers["mcp-session-id"]]
+
+
+def test_behind_the_https_proxy_tokens_name_the_https_origin(mcp_url, client, owner, settings):
+    settings.ETHAN_HTTPS = True  # the proxy terminates TLS and says so in X-Forwarded-Proto
+    https_origin = origin_of(mcp_url).replace("http://", "https://")
+    host = host_at(client, owner, https_origin)
+    host.client.defaults["HTTP_X_FORWARDED_PROTO"] = "https"
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    token = host.tokens()["access_token"]
+    proxied = {**ACCEPT, "Authorization": f"Bearer {token}", "X-Forwarded-Proto": "https"}
+
+    through_proxy = httpx2.post(mcp_url, json=INITIALIZE, headers=proxied, timeout=30)
+    no_token = {**ACCEPT, "X-Forwarded-Proto": "https"}
+    challenged = httpx2.post(mcp_url, json=INITIALIZE, headers=no_token, timeout=30)
+    bypassing = post(mcp_url, INITIALIZE, token=token)  # plain http, not through the proxy
+
+    assert through_proxy.status_code == 200
+    assert (
+        f'resource_metadata="{https_origin}/.well-known' in challenged.headers["www-authenticate"]
+    )
+    assert bypassing.status_code == 401  # http://… is another resource
