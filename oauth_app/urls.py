@@ -32,7 +32,7 @@ urlpatterns = [
     path("oauth/register/", views.ClientRegistrationView.as_view(), name="dcr-register"),
     path(
         "oauth/register/<str:client_id>/",
-        dot.DynamicClientRegistrationManagementView.as_view(),
+        views.ClientManagementView.as_view(),
         name="dcr-register-management",
     ),
 ]

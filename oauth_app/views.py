@@ -23,6 +23,7 @@ from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
 from oauth2_provider.views import (
     AuthorizationView,
+    DynamicClientRegistrationManagementView,
     DynamicClientRegistrationView,
     OAuthProtectedResourceMetadataView,
     TokenView,
@@ -174,27 +175,46 @@ class ClientRegistrationView(DynamicClientRegistrationView):
             )
             response["Retry-After"] = str(wait)
             return response
-        try:
-            metadata = json.loads(request.body)
-        except ValueError:
-            metadata = None
-        if isinstance(metadata, dict):
-            uris = metadata.get("redirect_uris")
-            for uri in uris if isinstance(uris, list) else []:
-                refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
-                if refusal:
-                    return _registration_error("invalid_redirect_uri", refusal)
-            # Every host is a public client: whatever it asked for, it is registered without a
-            # secret (RFC 7591 §3.2.1 lets the server replace what it asked), and PKCE guards
-            # its code.
-            metadata["token_endpoint_auth_method"] = "none"
-            metadata["grant_types"] = ["authorization_code", "refresh_token"]
-            metadata.pop("client_secret", None)
-            request._body = json.dumps(metadata).encode()
+        refusal = _as_public_client(request)
+        if refusal is not None:
+            return refusal
         # A registration belongs to no one (it is the host's, not the signed-in browser's):
         # its RFC 7592 management token must never carry a person.
         request.user = AnonymousUser()
         return super().post(request, *args, **kwargs)
+
+
+class ClientManagementView(DynamicClientRegistrationManagementView):
+    """RFC 7592: a registered host reads, updates or deletes its registration with the token it
+    got; an update is held to the same rules as a registration."""
+
+    def put(self, request, *args, **kwargs):
+        refusal = _as_public_client(request)
+        if refusal is not None:
+            return refusal
+        return super().put(request, *args, **kwargs)
+
+
+def _as_public_client(request) -> JsonResponse | None:
+    """Registration metadata made Ethan's: redirect URIs checked (oauth_app.clients), and the
+    client public whatever it asked for: no secret (RFC 7591 §3.2.1 lets the server replace
+    what was asked), PKCE guarding its code. The refusal, or None with request.body rewritten."""
+    try:
+        metadata = json.loads(request.body)
+    except ValueError:
+        return None  # django-oauth-toolkit answers invalid_client_metadata
+    if not isinstance(metadata, dict):
+        return None
+    uris = metadata.get("redirect_uris")
+    for uri in uris if isinstance(uris, list) else []:
+        refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
+        if refusal:
+            return _registration_error("invalid_redirect_uri", refusal)
+    metadata["token_endpoint_auth_method"] = "none"
+    metadata["grant_types"] = ["authorization_code", "refresh_token"]
+    metadata.pop("client_secret", None)
+    request._body = json.dumps(metadata).encode()
+    return None
 
 
 def _registration_error(code: str, description: str, status: int = 400) -> JsonResponse:

@@ -67,3 +67,33 @@ def test_registration_is_counted_per_address(client, db, settings):
     assert int(answers[2]["Retry-After"]) > 0
     assert elsewhere.status_code == 201
     assert Application.objects.count() == 3
+
+
+def test_an_update_is_held_to_the_same_rules(client, db):
+    registered = post(client, {"client_name": "Host", "redirect_uris": [REDIRECT]}).json()
+    manage = registered["registration_client_uri"]
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {registered['registration_access_token']}"}
+
+    refused = client.put(
+        manage,
+        {"client_name": "Host", "redirect_uris": ["http://attacker.example/cb"]},
+        content_type="application/json",
+        **auth,
+    )
+    updated = client.put(
+        manage,
+        {
+            "client_name": "Host 2",
+            "redirect_uris": ["https://host.example/cb"],
+            "token_endpoint_auth_method": "client_secret_basic",
+        },
+        content_type="application/json",
+        **auth,
+    )
+
+    assert (refused.status_code, refused.json()["error"]) == (400, "invalid_redirect_uri")
+    assert updated.status_code == 200, updated.content
+    assert updated.json()["token_endpoint_auth_method"] == "none"
+    application = Application.objects.get(client_id=registered["client_id"])
+    assert (application.name, application.redirect_uris) == ("Host 2", "https://host.example/cb")
+    assert application.client_type == Application.CLIENT_PUBLIC
