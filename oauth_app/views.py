@@ -18,6 +18,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.http import Http404, HttpResponse, JsonResponse
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
@@ -73,12 +74,26 @@ class ConsentView(AuthorizationView):
             # connection); writing only if asked for and ticked.
             granted = [s for s in scopes.ALL if s in allowed and (s in asked or s == scopes.READ)]
             form.cleaned_data["scope"] = " ".join(granted)
-            application = Application.objects.get(client_id=form.cleaned_data["client_id"])
-            try:
-                connection_grant(owner=self.request.user, application=application, scopes=granted)
-            except ValidationError as refused:
-                messages.error(self.request, " ".join(refused.messages))
-                return self.form_invalid(form)
+            application = Application.objects.filter(
+                client_id=form.cleaned_data["client_id"]
+            ).first()
+            if application is None:
+                raise Http404("unknown client")
+            # The connection and the code together: the hidden fields are checked again as the
+            # code is made, and a request refused then leaves no connection behind.
+            with transaction.atomic():
+                try:
+                    connection_grant(
+                        owner=self.request.user, application=application, scopes=granted
+                    )
+                except ValidationError as refused:
+                    messages.error(self.request, " ".join(refused.messages))
+                    return self.form_invalid(form)
+                self.success_url = None
+                response = super().form_valid(form)
+                if not self.success_url:
+                    transaction.set_rollback(True)
+                return response
         return super().form_valid(form)
 
     def form_invalid(self, form):

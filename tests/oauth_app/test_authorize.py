@@ -211,3 +211,16 @@ def test_denying_sends_the_host_away_with_nothing_granted(host, owner):
     assert query["state"] == ["s1"]
     assert not Connection.objects.exists()
     assert not AccessToken.objects.filter(user=owner).exists()
+
+
+def test_a_tampered_consent_leaves_no_connection(host, owner):
+    _, challenge = pkce()
+    page = host.client.get("/oauth/authorize/", host.authorize_params(challenge))
+    form = page.context["form"]
+    fields = {name: form[name].value() or "" for name in form.fields}
+    fields.update(allow="on", redirect_uri="http://127.0.0.1:33418/elsewhere")
+
+    answer = host.client.post("/oauth/authorize/", fields)
+
+    assert answer.status_code == 400 and not answer.has_header("Location")
+    assert not Connection.objects.exists()
