@@ -351,8 +351,8 @@ def run_cells(
 
 # The steps of a turn timed in --profile: (label, module, attribute). Before the first delta:
 STEPS_BEFORE = (
-    ("turn_plan (validate, choose path and model)", "agent_app.apis", "turn_plan"),
-    ("turn_start (claim the session, store the message)", "agent_app.apis", "turn_start"),
+    ("turn_plan (validate, choose path and model)", "channels.rest", "turn_plan"),
+    ("turn_start (claim the session, store the message)", "channels.turns", "turn_start"),
     ("build_system (prompt, facts, profile)", "agent_app.turn", "build_system"),
     ("context_parts (working state, hot rounds)", "agent_app.turn", "context_parts"),
     ("context_assemble (long-term, summaries)", "agent_app.turn", "context_assemble"),
