@@ -63,7 +63,7 @@ def test_a_redirect_uri_not_registered_is_refused_without_a_redirect(host):
     answer = host.client.get("/oauth/authorize/", params)
 
     assert answer.status_code == 400 and not answer.has_header("Location")
-    assert b"Mismatching redirect URI" in answer.content or b"redirect" in answer.content.lower()
+    assert "<strong>invalid_request</strong>: Mismatching redirect URI." in answer.content.decode()
 
 
 def test_an_authorization_request_without_pkce_is_refused(host):
