@@ -3,8 +3,8 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agent_app.home_page import home
-from channels.lark.webhook import lark_webhook
 from channels import urls as doors
+from channels.lark.webhook import lark_webhook
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
 
