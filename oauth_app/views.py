@@ -4,9 +4,11 @@
   the person may grant reading only. The token is bound to this server's /mcp (RFC 8707): a
   `resource` naming anything else is refused, none at all means /mcp.
 - ClientRegistrationView (POST /oauth/register/): RFC 7591 for hosts without client metadata
-  documents; open, counted per address, public clients only, redirect URIs checked.
+  documents; open, counted per address, public clients only, redirect URIs checked; and
+  ClientManagementView, RFC 7592's updates held to the same rules.
 - ProtectedResourceView: RFC 9728 metadata of /mcp (path-suffixed) and of the origin (root).
-- DOT's own token, revocation and RFC 8414 metadata views (urls.py), configured in settings.
+- JsonTokenView: DOT's token endpoint, its every error JSON.
+- DOT's own revocation and RFC 8414 metadata views (urls.py), configured in settings.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import math
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
@@ -172,8 +175,6 @@ class RegistrationThrottle(SimpleRateThrottle):
     scope = "oauth_register"
 
     def get_rate(self) -> str:
-        from django.conf import settings
-
         return settings.ETHAN_OAUTH_REGISTER_RATE
 
     def get_cache_key(self, request, view) -> str:
