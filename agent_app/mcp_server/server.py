@@ -210,7 +210,7 @@ class EthanMCP:
 
     def _writer(self, ctx: Context) -> Caller:
         """The caller of a tool that changes the memory: refused for a connection the person
-        let read only (the HTTP door answers such a call 403 first, http.ScopeChallenge; this
+        let read only (the HTTP door answers such a call 403 first, http.OAuthChallenge; this
         holds for any path that reaches the tool)."""
         token = get_access_token() if self.owner_id is None else None
         if token is not None and not scopes.granted(token.scopes, scopes.WRITE):
