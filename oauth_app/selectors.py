@@ -6,9 +6,10 @@ import hashlib
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404
-from oauth2_provider.models import AccessToken
+from django.utils import timezone
+from oauth2_provider.models import AccessToken, RefreshToken
 
 from oauth_app.clients import client_name
 from oauth_app.models import Connection
@@ -16,9 +17,19 @@ from oauth_app.resource import canonical
 
 
 def connections_for_owner(*, owner: AbstractBaseUser) -> QuerySet[Connection]:
+    """The person's connections, the latest first, each with `signed_in`: whether the app still
+    holds a token that works (an access token not expired, or a refresh token not revoked). An
+    app that revoked its own tokens, or let them lapse, must ask the person again."""
+    live_access = AccessToken.objects.filter(
+        user=OuterRef("owner"), application=OuterRef("application"), expires__gt=timezone.now()
+    )
+    live_refresh = RefreshToken.objects.filter(
+        user=OuterRef("owner"), application=OuterRef("application"), revoked__isnull=True
+    )
     return (
         Connection.objects.filter(owner=owner)
         .select_related("application")
+        .annotate(signed_in=Exists(live_access) | Exists(live_refresh))
         .order_by("-connected_at", "-id")
     )
 

@@ -55,6 +55,8 @@ def test_the_tab_lists_each_app_with_what_it_wrote(
         ("Claude", ["memory.read", "memory.write"], 2),
     ]
     assert [row.used_text != "" for row in rows] == [False, True]  # ChatGPT never called
+    assert [row.connection.signed_in for row in rows] == [True, True]
+    assert "Signed out" not in text
     assert "Grace" not in text
     assert "says it is 127.0.0.1" in text  # registered: its domain is its own claim
     claude_facts = client.get(rows[1].facts_url)
@@ -82,3 +84,18 @@ def test_disconnect_revokes_at_once_and_only_the_persons_own(client, owner, othe
     assert not RefreshToken.objects.filter(user=owner, revoked__isnull=True).exists()
     assert AccessToken.objects.filter(user=other_owner).exists()
     assert client.get(f"/memory/apps/{claude.pk}/disconnect/").status_code == 405
+
+
+def test_an_app_whose_tokens_lapsed_or_were_revoked_shows_signed_out(client, owner):
+    from oauth2_provider.models import AccessToken, RefreshToken
+
+    claude = connected(client, owner, "Claude")
+    AccessToken.objects.filter(user=owner).update(expires=timezone.now() - timedelta(seconds=1))
+    still = client.get("/memory/apps/")  # the refresh token still works
+    RefreshToken.objects.filter(user=owner).update(revoked=timezone.now())  # e.g. RFC 7009
+
+    page = client.get("/memory/apps/")
+
+    assert [row.connection.signed_in for row in still.context["apps"]] == [True]
+    assert [row.connection.signed_in for row in page.context["apps"]] == [False]
+    assert f'id="app-{claude.pk}-signed-out"' in page.content.decode()
