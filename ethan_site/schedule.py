@@ -34,6 +34,8 @@ PERIODIC_TASKS = [
     ),
     # Owners over the fact capacity (a lowered setting, an import) are brought back under it.
     Periodic(name="memory: eviction sweep", task="memory.evict_sweep", every_seconds=3600),
+    # Expired OAuth tokens and grants (remote MCP hosts) are removed.
+    Periodic(name="oauth: clear expired tokens", task="oauth.clear_expired", every_seconds=86400),
 ]
 
 
