@@ -26,7 +26,7 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-from agent_app.mcp_server.server import http_app  # noqa: E402
+from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
 
 MCP_PATH = "/mcp"

@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from agent_app.home_page import home
 from channels import urls as doors
+from channels.home_page import home
 from channels.lark.webhook import lark_webhook
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
@@ -14,7 +14,7 @@ urlpatterns = [
     # Sign-in ("login") among them: its throttle is every sign-in form's (ethan_site.signin).
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
-    path("memory/", include("agent_app.memory_page.urls")),
+    path("memory/", include("channels.memory_page.urls")),
     # The turn's doors (channels/): POST /api/chat, and /v1 below.
     path("api/", include(doors.api)),
     path("api/", include("agent_app.urls")),

@@ -22,6 +22,7 @@ PACKAGES = (
     "episodes_app",
     "agent_app",
     "channels",
+    "oauth_app",
 )
 
 # ethan_site is two things: the composition root (settings, urls, celery, wsgi… which import the
@@ -49,9 +50,13 @@ ALLOWED = {
     "memory_app": {"sessions_app", "profile_app", "llm", "shared"},
     "episodes_app": {"sessions_app", "llm", "shared"},
     "agent_app": {"sessions_app", "memory_app", "profile_app", "episodes_app", "llm", "shared"},
+    # Ethan as an OAuth authorization server (remote MCP hosts): on Django and
+    # django-oauth-toolkit alone; the MCP door and the memory page use it.
+    "oauth_app": {"shared"},
     # The doors: thin adapters above the turn (channels/); nothing below imports them.
     "channels": {
         "agent_app",
+        "oauth_app",
         "sessions_app",
         "memory_app",
         "profile_app",

@@ -15,6 +15,7 @@ def test_periodic_tasks_are_declared_by_migrate_and_idempotent():
         "memory: eviction sweep": "memory.evict_sweep",
         "memory: catch up consolidation": "memory.catch_up",
         "lark: answer events left behind": "channels.lark_reclaim",
+        "oauth: clear expired tokens": "oauth.clear_expired",
     }
     app.loader.import_default_modules()  # autodiscover the apps' tasks, as a worker does
     for task_name in declared.values():

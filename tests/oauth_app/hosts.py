@@ -43,7 +43,7 @@ def served_site() -> Iterator[str]:
     def whole_site(*, host: str, port: int) -> Doors:
         return Doors()
 
-    with mock.patch("agent_app.mcp_server.server.http_app", whole_site), served_in_thread() as url:
+    with mock.patch("channels.mcp_server.server.http_app", whole_site), served_in_thread() as url:
         yield url.removesuffix("/mcp")
 
 

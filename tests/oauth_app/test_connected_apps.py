@@ -99,3 +99,14 @@ def test_an_app_whose_tokens_lapsed_or_were_revoked_shows_signed_out(client, own
     assert [row.connection.signed_in for row in still.context["apps"]] == [True]
     assert [row.connection.signed_in for row in page.context["apps"]] == [False]
     assert f'id="app-{claude.pk}-signed-out"' in page.content.decode()
+
+
+def test_expired_tokens_are_cleared_by_the_daily_task(db, django_user_model):
+    from oauth_app.tasks import oauth_clear_expired_task
+
+    owner = django_user_model.objects.create_user("zed")
+    past, future = timezone.now() - timedelta(days=2), timezone.now() + timedelta(hours=1)
+    AccessToken.objects.create(user=owner, token="old", expires=past, scope="memory.read")
+    AccessToken.objects.create(user=owner, token="new", expires=future, scope="memory.read")
+    oauth_clear_expired_task.run()
+    assert list(AccessToken.objects.values_list("token", flat=True)) == ["new"]

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from channels.lark.handling import lark_events_reclaim
 from agent_app.models import LarkEvent
+from channels.lark.handling import lark_events_reclaim
 from sessions_app.models import Message
 from tests.fakes.base import Reply
 from tests.fakes.lark_fake import FakeLark

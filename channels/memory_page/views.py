@@ -22,7 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.text import Truncator
 from django.views.decorators.http import require_GET, require_POST
 
-from agent_app.memory_page import selectors
+from channels.memory_page import selectors
 from episodes_app.selectors import episodes_for_owner, episodes_search
 from memory_app import services as memory_services
 from memory_app.models import Fact, FactEvent, Procedure
@@ -176,7 +176,7 @@ def _facts_page(request: HttpRequest, facts):
 def _render(request: HttpRequest, template: str, tab: str, context: dict, status: int = 200):
     # `here`: where a form on the page sends the person back to (its `next`).
     context = {"tab": tab, "here": request.get_full_path(), **context}
-    return render(request, f"agent_app/memory/{template}", context, status=status)
+    return render(request, f"channels/memory/{template}", context, status=status)
 
 
 # ---- 记忆 / Facts ----------------------------------------------------------------------------

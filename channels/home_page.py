@@ -68,4 +68,4 @@ def connections_for(request: HttpRequest) -> Connections:
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "agent_app/home.html", {"connect": connections_for(request)})
+    return render(request, "channels/home.html", {"connect": connections_for(request)})

@@ -11,7 +11,7 @@ Who is asking:
 - over stdio (`ethan mcp --user NAME`) the person named at start;
 - over streamable HTTP, the person whose token came as `Authorization: Bearer <token>` on that
   very request (EthanTokenVerifier; the SDK answers 401 without a valid one, and
-  agent_app.mcp_server.http turns it into the OAuth challenge): an Ethan API token (`ethan
+  channels.mcp_server.http turns it into the OAuth challenge): an Ethan API token (`ethan
   token NAME`, for scripts and the bridge; it may do everything), or an OAuth access token a
   host obtained through oauth_app, bound to this server's /mcp and carrying the scopes the
   person granted (memory.read, and memory.write unless they chose read only: the write tools
@@ -53,17 +53,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from agent_app.mcp_server.http import (
+from agent_app.memory_search import MAX_LIMIT, memory_search
+from agent_app.paths import FULL, SETTINGS
+from agent_app.prompts import fact_line, stored_text
+from agent_app.tools import refusal_text
+from channels.mcp_server.http import (
     OAUTH_CLIENT_CLAIM,
     REQUEST_ORIGIN,
     JsonErrors,
     OAuthChallenge,
     PersonalSessions,
 )
-from agent_app.memory_search import MAX_LIMIT, memory_search
-from agent_app.paths import FULL, SETTINGS
-from agent_app.prompts import fact_line, stored_text
-from agent_app.tools import refusal_text
 from episodes_app import selectors as episode_selectors
 from ethan_site.limits import (
     FACT_MAX_CHARS,
@@ -662,7 +662,7 @@ def http_app(*, host: str, port: int) -> ASGIApp:
     """The streamable HTTP transport at /mcp (and /healthz), each request authenticated by its
     Bearer token (a 401 or 403 says how to get one: http.OAuthChallenge). Host and Origin
     headers are checked against DJANGO_ALLOWED_HOSTS (DNS rebinding), as the web process checks
-    Host. Sessions are counted per person and every error is JSON (agent_app.mcp_server.http)."""
+    Host. Sessions are counted per person and every error is JSON (channels.mcp_server.http)."""
     hosts = list(settings.ALLOWED_HOSTS)
     if "*" in hosts:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from agent_app.mcp_server.server import http_app, run_stdio
+        from channels.mcp_server.server import http_app, run_stdio
 
         if options["http"]:
             if options["user"]:

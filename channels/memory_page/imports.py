@@ -99,7 +99,7 @@ def import_page(request: HttpRequest) -> HttpResponse:
                 return redirect("memory:import")
             status = 400
     context = {"tab": "sessions", "form": form, "refused": refused, "runs": _runs(request)}
-    return render(request, "agent_app/memory/import.html", context, status=status)
+    return render(request, "channels/memory/import.html", context, status=status)
 
 
 @require_GET

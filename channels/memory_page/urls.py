@@ -4,7 +4,7 @@ their forms."""
 from django.urls import path
 from django.views.generic import RedirectView
 
-from agent_app.memory_page import imports, views
+from channels.memory_page import imports, views
 
 app_name = "memory"
 
