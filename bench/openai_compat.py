@@ -46,7 +46,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -205,7 +205,7 @@ def answer_problem(cell: Cell, body: bytes) -> str:
     return "" if answer.get("object") == "chat.completion" and content else f"{answer}"[:200]
 
 
-def answer_session(cell: Cell, headers: dict[str, str], body: bytes) -> str:
+def answer_session(cell: Cell, headers: Mapping[str, str], body: bytes) -> str:
     """The session an answer belongs to: the header on /v1, the answer itself on /api/chat."""
     if cell.endpoint == V1:
         return headers[SESSION_HEADER]
@@ -216,13 +216,14 @@ def answer_session(cell: Cell, headers: dict[str, str], body: bytes) -> str:
     return json.loads(body)["session_id"]
 
 
-def send(base_url: str, request: Request) -> tuple[int, dict[str, str], bytes]:
+def send(base_url: str, request: Request) -> tuple[int, Mapping[str, str], bytes]:
     host, port = base_url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
     try:
         connection.request(request.method, request.path, request.body, request.headers)
         response = connection.getresponse()
-        return response.status, dict(response.getheaders()), response.read()
+        # Header names found whatever their case (uvicorn sends them in lower case).
+        return response.status, response.headers, response.read()
     finally:
         connection.close()
 

@@ -1,6 +1,6 @@
 """The OpenAI-compatibility benchmark: its reading of both endpoints' answers, and its core at
-the smallest size against gunicorn on a home of its own, so that it cannot rot (no timing is
-asserted, nothing is recorded)."""
+the smallest size against the server (as make serve runs it) on a home of its own, so that it
+cannot rot (no timing is asserted, nothing is recorded)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _user_messages(home, session_ids) -> int:
     return count
 
 
-def test_the_core_measures_both_endpoints_under_gunicorn(tmp_path):
+def test_the_core_measures_both_endpoints_under_the_server(tmp_path):
     from tests.web_server import api_token, web_server
 
     model = PacedModel(first_chunk_ms=5, chunk_ms=0)
