@@ -16,7 +16,7 @@ from episodes_app.models import Episode
 from ethan_site import queue
 from memory_app.models import Fact, WorkingState
 from sessions_app.models import ChatSession, Message
-from tests.agent_app.test_memory_page import client_for
+from tests.channels.test_memory_page import client_for
 from tests.conftest import run_ethan
 from tests.fakes.base import Reply
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel

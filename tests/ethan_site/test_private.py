@@ -11,7 +11,7 @@ from pathlib import Path
 import pexpect
 
 from ethan_site.private import home_tighten
-from tests.agent_app.test_terminal import PROMPT, spawn
+from tests.channels.test_terminal import PROMPT, spawn
 from tests.conftest import run_ethan, run_manage
 
 # A Django process with its database connection open, so SQLite's -wal and -shm are there too,

@@ -1,5 +1,5 @@
 """Forgetting a fact (services.fact_forget), one rule for every door: the REST API, the memory
-page and the admin here; MCP's fact_forget over stdio and HTTP in tests/agent_app/test_mcp.py."""
+page and the admin here; MCP's fact_forget over stdio and HTTP in tests/channels/test_mcp.py."""
 
 import pytest
 from django.test import Client

@@ -9,7 +9,7 @@ import pytest
 from agent_app.models import ClientConversation
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, Message
-from tests.agent_app import test_openai_api
+from tests.channels import test_openai_api
 
 # The /v1 tests' fixtures: an openai SDK client on the live server, with a person's token.
 activity = test_openai_api.activity
