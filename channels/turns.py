@@ -5,7 +5,7 @@
     for event in turn: …                # in a thread (the console, a Celery task, WSGI)
     refusal(exc) / failure(event)       # what a door says, whatever its wire format
 
-A turn on the event loop runs in a task of its own, its events handed over through a queue. A
+A turn on the event loop runs in a task of its own, its events handed over to the reader. A
 client that leaves stops reading, not the turn: the reply is still written and stored. The
 tasks are counted here, so a shutdown can wait for them (ETHAN_DRAIN_SECONDS) and then stop
 those left, storing each reply as far as it was written, marked interrupted.
@@ -14,10 +14,11 @@ those left, storing each reply as far as it was written, marked interrupted.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -262,24 +263,48 @@ def consumed(
     and the turn still runs to its end and is stored. `through` is a door's own step over the
     events that must run whether or not anyone reads (what /v1 records of a conversation): it
     runs in the task too."""
-    queue: asyncio.Queue = asyncio.Queue()
-    task = asyncio.get_running_loop().create_task(_run(turn, queue, through))
+    handed = _Handed()
+    # A context of its own: the request's (its thread-sensitive executor, ethan_site.asgi) ends
+    # with the request, and the turn may outlive it.
+    task = asyncio.get_running_loop().create_task(
+        _run(turn, handed, through), context=contextvars.Context()
+    )
     TURNS.tasks.add(task)
     task.add_done_callback(TURNS.tasks.discard)
-    return _read(queue)
+    return handed.read()
 
 
-async def _read(queue: asyncio.Queue) -> AsyncIterator[TurnEvent]:
-    while True:
-        event = await queue.get()
-        if event is _END:
-            return
-        yield event
+class _Handed:
+    """The turn's events, handed from its task to the reader. Deltas the reader has not taken
+    yet are joined into one: a reader that falls behind (a loaded server, a slow client) gets
+    what was written since in one event, rather than a backlog of small ones."""
+
+    def __init__(self) -> None:
+        self.events: deque = deque()
+        self.ready = asyncio.Event()
+
+    def put(self, event: object) -> None:
+        waiting = self.events[-1] if self.events else None
+        if isinstance(event, Delta) and isinstance(waiting, Delta):
+            self.events[-1] = Delta(text=waiting.text + event.text)
+        else:
+            self.events.append(event)
+        self.ready.set()
+
+    async def read(self) -> AsyncIterator[TurnEvent]:
+        while True:
+            while not self.events:
+                self.ready.clear()
+                await self.ready.wait()
+            event = self.events.popleft()
+            if event is _END:
+                return
+            yield event
 
 
 async def _run(
     turn: TurnStream,
-    queue: asyncio.Queue,
+    handed: _Handed,
     through: Callable[[AsyncIterator[TurnEvent]], AsyncIterator[TurnEvent]] | None,
 ) -> None:
     shown: list[str] = []
@@ -290,7 +315,7 @@ async def _run(
                 shown.append(event.text)
             elif isinstance(event, ToolCalled):
                 shown.clear()  # what a model wrote before a tool step is not the reply
-            queue.put_nowait(event)
+            handed.put(event)
     except asyncio.CancelledError:
         # The shutdown's limit: what was written so far is the reply, marked interrupted.
         await sync_to_async(_interrupted_store, thread_sensitive=False)(turn, "".join(shown))
@@ -298,7 +323,7 @@ async def _run(
     except Exception:
         log.exception("turn in %s stopped", turn.session.pk)
     finally:
-        queue.put_nowait(_END)
+        handed.put(_END)
 
 
 def _interrupted_store(turn: TurnStream, shown: str) -> None:

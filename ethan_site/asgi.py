@@ -9,22 +9,56 @@ shutdown, lets the turns still running finish for up to ETHAN_DRAIN_SECONDS (cha
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import ThreadSensitiveContext
+from django.core.handlers.asgi import ASGIHandler
 
 from ethan_site.config import settings_or_exit
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
-
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
 
 # Imported once Django is set up: they use its settings and models.
 from django.conf import settings  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
+
+# Threads for Django's synchronous parts of a request (its signals, the middleware's hooks, a
+# synchronous view): a few that live as long as the process, each running one call at a time.
+DJANGO_THREADS = 8
+
+
+class DjangoHandler(ASGIHandler):
+    """Django's ASGI handler, whose synchronous parts run on DJANGO_THREADS long-lived threads
+    taken in turn, where Django's own starts a new thread for every request: under a thousand
+    streams, starting them was a tenth of the event loop's time (bench.concurrent_streams'
+    profile), and each new thread opened a database connection of its own. A slow synchronous
+    view holds up the requests given the same thread; the turn's database steps run in the
+    loop's own pool (agent_app.turn_io), not here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads = itertools.cycle(
+            [
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-{number}")
+                for number in range(DJANGO_THREADS)
+            ]
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            raise ValueError(f"Django serves HTTP, not {scope['type']}")
+        async with ThreadSensitiveContext(executor=next(self.threads)):
+            await self.handle(scope, receive, send)
+
+
+django_application = DjangoHandler()
 
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
