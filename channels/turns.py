@@ -194,6 +194,11 @@ class Turns:
             if self.of_person[person] <= 0:
                 del self.of_person[person]
 
+    def admitting(self) -> None:
+        """The server has started (its lifespan): it takes turns until it is told to stop."""
+        self.draining = False
+        self.deadline = None
+
     def stop_admitting(self, deadline: float) -> None:
         """The server is stopping: no new turn from now on; those running may go on until
         `deadline` (time.monotonic()), the first one set."""

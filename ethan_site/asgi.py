@@ -119,7 +119,9 @@ class Doors:
 
         async def receive_then_drain() -> Message:
             message = await receive()
-            if message["type"] == "lifespan.shutdown":
+            if message["type"] == "lifespan.startup":
+                TURNS.admitting()
+            elif message["type"] == "lifespan.shutdown":
                 self.stop()
                 await TURNS.drain()
             return message

@@ -175,8 +175,8 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
     # they inherit. ETHAN_DB_POOL_SIZE connections at most per process (PostgreSQL allows
     # 100 by default, for every process together).
     _database["CONN_MAX_AGE"] = 0
-    # Django has the pool check a connection before lending it (check_connection).
-    _database["CONN_HEALTH_CHECKS"] = False
+    # CONN_HEALTH_CHECKS (on) has the pool check a connection before lending it: one that a
+    # database restart cut is replaced, not handed out.
     _database["OPTIONS"]["pool"] = {
         "min_size": 1,
         "max_size": _config.positive("ETHAN_DB_POOL_SIZE", 20),

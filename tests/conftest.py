@@ -29,6 +29,17 @@ def _fresh_throttle_counts():
     cache.clear()
 
 
+@pytest.fixture(autouse=True)
+def _turns_admitted():
+    """The process's turns (channels.turns.TURNS) as a server starting has them: admitting,
+    none counted. A server a test ran in this process (the ASGI application under uvicorn in a
+    thread) stops admitting when it shuts down, as a real one does before it exits."""
+    from channels.turns import TURNS
+
+    TURNS.admitting()
+    yield
+
+
 @pytest.fixture
 def owner(db):
     return get_user_model().objects.create_user(username="ada")
