@@ -1,7 +1,16 @@
 """Concurrent streams: how many slow streamed turns each server holds at once, and what each
 costs, with half the clients on /v1/chat/completions (the openai SDK's AsyncOpenAI) and half on
-/api/chat (`"stream": true`, httpx2), all at once, at 100, 300 and 1,000 streams; issue 27's
-server and the synchronous baseline measured in the same run, on the same machine state.
+/api/chat (`"stream": true`, httpx2), at 100, 300 and 1,000 streams; issue 27's server and the
+synchronous baseline measured in the same run, on the same machine state.
+
+How the N streams of a level arrive (`--arrival burst|spread|both`, both by default):
+
+- burst: the N requests sent in the same instant, every turn starting at once (the N-th
+  turn's start waits behind the N − 1 others' starts).
+- spread: the N requests sent at evenly spaced times over one stream's length (the model's
+  first chunk plus its stream, 11 s by default), one every 11 s / N, as N people chatting
+  send theirs: the first stream ends about when the last is sent, so about N are open at
+  once then ("most open at once" in the table shows whether they were).
 
 The servers (`--server asgi|gunicorn|both`, both by default):
 
@@ -14,28 +23,29 @@ The servers (`--server asgi|gunicorn|both`, both by default):
 The model is bench.slow_model in a process of its own: one asyncio loop speaking OpenAI's wire
 protocol, its first chunk 1 s after a request, then a chunk every 250 ms for 10 s, as a real
 model's long answer comes. Before the servers are measured, the same clients stream straight
-from it at each level, to show that it is not what is measured and what the clients themselves
-add ("model alone").
+from it at each level and arrival, to show that it is not what is measured and what the clients
+themselves add ("model alone").
 
 Both servers run on one fresh SQLite home (embedded mode, no broker) or one PostgreSQL database
 with a Celery worker on Redis (as deployed), with ETHAN_MODEL=gpt-4o on the OpenAI provider at
 the slow model's URL. Each stream is a person of its own (a user and an API token, made by the
 bench); ETHAN_API_RATE is raised, and ETHAN_TURNS_PER_PROCESS raised to at least twice the
 largest level (ETHAN_TURNS_PER_PERSON stays 8: one turn per person at a time here), so that
-nothing is refused (the run says so). Every measurement (the single streams, each level) gets
-a server process of its own, warmed up, on a fresh port; the two servers take turns going first,
-alternating from one measurement to the next (and from one database to the other), so that
-neither systematically gets the quieter machine. After each measurement the server is stopped
-before the database is read: gunicorn with SIGQUIT (its quick shutdown: a turn a client gave up
-on dies with its worker); `ethan serve` with SIGTERM, its graceful drain (ETHAN_DRAIN_SECONDS,
-15 here: turns whose clients left finish and are stored, those still running at the limit are
-stored as interrupted), and SIGKILL only if it is still running STOP_SECONDS after the drain's
-limit (the table says how each stopped).
+nothing is refused (the run says so). Every measurement (the single streams, each level in each
+arrival) gets a server process of its own, warmed up, on a fresh port; the two servers take
+turns going first, alternating from one measurement to the next (and from one database to the
+other), so that neither systematically gets the quieter machine. After each measurement the
+server is stopped before the database is read: gunicorn with SIGQUIT (its quick shutdown: a turn
+a client gave up on dies with its worker); `ethan serve` with SIGTERM, its graceful drain
+(ETHAN_DRAIN_SECONDS, 15 here: turns whose clients left finish and are stored, those still
+running at the limit are stored as interrupted), and SIGKILL only if it is still running
+STOP_SECONDS after the drain's limit (the table says how each stopped).
 
-At each level and server, for `--timeout` seconds (60): the streams completed (every event
-read, the reply whole); that each completed reply is stored exactly once (after the server
-stopped, the database: one assistant message with that reply in the session of that turn's
-message); the time the server adds before the first delta,
+At each level, arrival and server, until `--timeout` seconds (60) after the level's last
+request was sent: the streams completed (every event read, the reply whole); that each
+completed reply is stored exactly once (after the server stopped, the database: one assistant
+message with that reply in the session of that turn's message); the time the server adds
+before the first delta,
 
     added = (first delta read − request sent) − (model's first chunk − request reached it)
 
@@ -51,6 +61,7 @@ them, endpoints alternating) gives the added time with nothing else running.
     python -m bench.concurrent_streams --quick --no-record      # 5 streams, 1 s replies: ~1 min
     python -m bench.concurrent_streams                           # SQLite, 100 / 300 / 1,000
     python -m bench.concurrent_streams --database postgresql --levels 100 --server asgi
+    python -m bench.concurrent_streams --levels 100 --arrival spread
 
 PostgreSQL and Redis on 127.0.0.1 for the PostgreSQL run: the database `--pg-database` is
 dropped and re-created, the Redis databases of `--broker-url` and `--cache-url` flushed.
@@ -101,6 +112,7 @@ STOP_SECONDS = 10
 # whose clients gave up finish before they are stored as interrupted.
 DRAIN_SECONDS = 15
 SERVERS = ("asgi", "gunicorn")
+ARRIVALS = ("burst", "spread")
 MB = 1024 * 1024
 
 
@@ -550,15 +562,46 @@ async def warm_up(clients: Clients, workers: int) -> None:
             raise RuntimeError(f"a warm-up turn on {stream.endpoint} failed: {stream.problem}")
 
 
+def stream_span(args) -> float:
+    """One stream's length at the model, in seconds: its first chunk, then the stream."""
+    return args.first_chunk_ms / 1000 + args.stream_seconds
+
+
+def send_times(level: int, arrival: str, span: float) -> list[float]:
+    """When each of a level's `level` requests is sent, in seconds from the level's start.
+    burst: all at once. spread: evenly over `span` (one stream's length), one every
+    span / level, the last at span − span / level: the first stream ends about when the last
+    is sent, so that about `level` are open at once then."""
+    if arrival == "burst":
+        return [0.0] * level
+    return [index * span / level for index in range(level)]
+
+
+async def send_at(started: float, offset: float, clients: Clients, stream: Stream) -> Stream:
+    """`stream`, sent `offset` seconds after `started`."""
+    if offset > 0:
+        await asyncio.sleep(started + offset - time.monotonic())
+    return await clients.stream(stream.endpoint, stream)
+
+
 async def run_level(
-    *, clients: Clients, model: ModelProcess, server_pgid: int | None, level: int, workers: int
+    *,
+    clients: Clients,
+    model: ModelProcess,
+    server_pgid: int | None,
+    level: int,
+    arrival: str,
+    span: float,
+    workers: int,
 ) -> dict:
-    """`level` streams at once for clients.timeout seconds; what each did, /healthz, the
-    server's CPU and memory, and the model's records of the streams."""
+    """`level` streams, sent as `arrival` says (send_times), until clients.timeout seconds
+    after the last was sent; what each did, /healthz, the server's CPU and memory, and the
+    model's records of the streams."""
     if server_pgid is not None:
         await warm_up(clients, workers)
     await model.records(clients.http)  # forget the warm-up
     streams = [Stream(endpoint_of(i), next(clients.numbers)) for i in range(level)]
+    send = send_times(level, arrival, span)
     healthz: list[float] = []
     peak = {"rss": 0, "open": 0}
     stop = asyncio.Event()
@@ -573,8 +616,11 @@ async def run_level(
             asyncio.create_task(watch_memory(server_pgid, streams, peak, stop)),
         ]
     started = time.monotonic()
-    tasks = [asyncio.create_task(clients.stream(s.endpoint, s)) for s in streams]
-    await asyncio.wait(tasks, timeout=clients.timeout)
+    tasks = [
+        asyncio.create_task(send_at(started, offset, clients, s))
+        for offset, s in zip(send, streams, strict=True)
+    ]
+    await asyncio.wait(tasks, timeout=max(send, default=0.0) + clients.timeout)
     wall = time.monotonic() - started
     for task in tasks:
         task.cancel()
@@ -584,6 +630,7 @@ async def run_level(
     records = await model.records(clients.http)
     return {
         "level": level,
+        "arrival": arrival,
         "wall": wall,
         "streams": [asdict(s) for s in streams],
         "model": records,
@@ -680,6 +727,19 @@ def p50_p95(values: list[float]) -> tuple[float, float]:
     return percentile(values, 0.5), percentile(values, 0.95)
 
 
+def arrival_note(arrival: str, span: float, levels: tuple[int, ...]) -> str:
+    """What an arrival mode means, in the run's description."""
+    if arrival == "burst":
+        return "burst, a level's N requests sent in the same instant"
+    every = ", ".join(f"{span / level * 1000:,.0f} ms at {level:,}" for level in levels)
+    return (
+        f"spread, a level's N requests sent at evenly spaced times over one stream's length "
+        f"({span:g} s: the model's first chunk plus its stream), one every {span:g} s / N "
+        f"({every}), as N people chatting send theirs, so that about N are open at once when "
+        f"the last is sent"
+    )
+
+
 def model_alone_line(alone: dict, timeout: float) -> str:
     streams = alone["streams"]
     completed = sum(1 for s in streams if s["done"])
@@ -694,18 +754,19 @@ def model_alone_line(alone: dict, timeout: float) -> str:
     chunk_late = [r["late_max"] * 1000 for r in records.values()]
     p50, p95 = p50_p95(late)
     return (
-        f"- Model alone (the same clients straight at bench.slow_model, {len(streams):,} "
-        f"streams at once, half through the openai SDK): {completed:,} of {len(streams):,} "
-        f"completed within {timeout:.0f} s, {alone['model']['peak_open']:,} open at once at the "
-        f"model; first chunk read p50 {ms(p50)} ms, p95 {ms(p95)} ms after it was due; the "
-        f"model's latest chunk {ms(max(chunk_late, default=0))} ms late; CPU: model "
-        f"{alone['model_cpu']:.1f} s, clients {alone['bench_cpu']:.1f} s over "
-        f"{alone['wall']:.1f} s."
+        f"- Model alone, {alone['arrival']} (the same clients straight at bench.slow_model, "
+        f"{len(streams):,} streams, half through the openai SDK): {completed:,} of "
+        f"{len(streams):,} completed within {timeout:.0f} s of the last request, "
+        f"{alone['model']['peak_open']:,} open at once at the model; first chunk read p50 "
+        f"{ms(p50)} ms, p95 {ms(p95)} ms after it was due; the model's latest chunk "
+        f"{ms(max(chunk_late, default=0))} ms late; CPU: model {alone['model_cpu']:.1f} s, "
+        f"clients {alone['bench_cpu']:.1f} s over {alone['wall']:.1f} s."
     )
 
 
 def level_row(result: dict) -> tuple[str, list[str]]:
-    """The row of one level on one server, and how its streams not completed ended."""
+    """The row of one level in one arrival on one server, and how its streams not completed
+    ended."""
     streams = result["streams"]
     storage = result["storage"]
     by_endpoint = {
@@ -724,7 +785,8 @@ def level_row(result: dict) -> tuple[str, list[str]]:
     twice = f", {storage['stored_twice']} twice" if storage["stored_twice"] else ""
     problems = sorted({s["problem"] for s in streams if s["problem"] and not s["done"]})
     row = (
-        f"| {result['level']:,} | {result['server']} | {storage['completed']:,} "
+        f"| {result['level']:,} | {result['arrival']} | {result['server']} "
+        f"| {storage['completed']:,} "
         f"({by_endpoint[API]:,} / {by_endpoint[V1]:,}) | {storage['stored_once']:,} of "
         f"{storage['completed']:,}{twice} | {delta_read:,} "
         f"| {ms(a50)} | {ms(a95)} | {ms(b50)} / {ms(b95)} | {ms(f50)} / {ms(f95)} "
@@ -764,10 +826,9 @@ def report(results: list[dict], args) -> str:
     for result in results:
         reply = result["reply"]
         servers = "; ".join(f"{name}: {label}" for name, label in result["servers"].items())
-        order = ", ".join(
-            f"{'single streams' if what == 'single' else f'{what:,}'}: {' then '.join(first)}"
-            for what, first in result["order"]
-        )
+        order = ", ".join(f"{what}: {' then '.join(first)}" for what, first in result["order"])
+        span = stream_span(args)
+        arrivals = "; ".join(arrival_note(a, span, args.levels) for a in arrivals_of(args))
         lines += [
             f"{result['database']}, {result['broker']}. Servers ({servers}), each measurement "
             f"on a fresh warmed-up process of its own; who went first ({order}). "
@@ -776,28 +837,33 @@ def report(results: list[dict], args) -> str:
             f"person of its own; `ethan serve` stopped with SIGTERM (ETHAN_DRAIN_SECONDS "
             f"{DRAIN_SECONDS}), gunicorn with SIGQUIT. The model: first chunk "
             f"{args.first_chunk_ms:.0f} ms after each request, then one every "
-            f"{args.chunk_ms:.0f} ms for {args.stream_seconds:g} s ({len(reply) // 4} pieces); "
-            f"each level {args.timeout:.0f} s. {result['load']}.",
+            f"{args.chunk_ms:.0f} ms for {args.stream_seconds:g} s ({len(reply) // 4} pieces). "
+            f"Arrival: {arrivals}; each level measured until {args.timeout:.0f} s after its "
+            f"last request. {result['load']}.",
             "",
             *(model_alone_line(alone, args.timeout) for alone in result.get("alone") or ()),
             *(single_line(server, single) for server, single in result["single"].items()),
             "",
-            "| streams at once | server | completed (/api/chat / /v1) | stored exactly once "
-            "| first delta read | added p50 ms | added p95 ms | before model p50 / p95 ms "
-            "| after model p50 / p95 ms | /healthz p99 ms (answered) | server CPU s "
+            "| streams at once | arrival | server | completed (/api/chat / /v1) "
+            "| stored exactly once | first delta read | added p50 ms | added p95 ms "
+            "| before model p50 / p95 ms | after model p50 / p95 ms | /healthz p99 ms (answered) "
+            "| server CPU s "
             "| server RSS MB (start → peak) | most open: clients / model | MB per open stream "
             "| given up, stored anyway | stopped |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         problems: dict[str, set[str]] = {}
-        for level in sorted(result["levels"], key=lambda r: (r["level"], r["server"])):
+        for level in sorted(
+            result["levels"], key=lambda r: (r["level"], r["arrival"], r["server"])
+        ):
             row, level_problems = level_row(level)
             lines.append(row)
-            problems.setdefault(level["server"], set()).update(level_problems)
-        for server, seen in problems.items():
+            where = f"{level['server']}, {level['arrival']}"
+            problems.setdefault(where, set()).update(level_problems)
+        for where, seen in problems.items():
             if seen:
                 shown = "; ".join(sorted(seen)[:4])
-                lines += ["", f"{server}: streams not completed ended with: {shown}."]
+                lines += ["", f"{where}: streams not completed ended with: {shown}."]
         lines.append("")
     return "\n".join(lines).replace("\n\n\n", "\n\n").strip()
 
@@ -822,28 +888,33 @@ def people_tokens(count: int) -> list[str]:
     return [token.key for token in tokens]
 
 
+def arrivals_of(args) -> tuple[str, ...]:
+    return ARRIVALS if args.arrival == "both" else (args.arrival,)
+
+
 def measure_database(database: str, args) -> dict:
     """The model alone, then both servers (or the one asked for) on `database`: single
-    streams, then each level, the servers taking turns going first."""
+    streams, then each level in each arrival, the servers taking turns going first."""
     from bench.server import cpu_note
 
     raise_open_files()
     servers = SERVERS if args.server == "both" else (args.server,)
+    levels = [(level, arrival) for level in args.levels for arrival in arrivals_of(args)]
     model = ModelProcess(
         first_chunk_ms=args.first_chunk_ms,
         chunk_ms=args.chunk_ms,
         stream_seconds=args.stream_seconds,
     )
-    # The single streams, then each level; the PostgreSQL run starts where the SQLite one did
-    # not, so that over a `--database both` run each server goes first as often.
-    plan = [("single", None)] if args.single else []
-    plan += [("level", level) for level in args.levels]
+    # The single streams, then each level in each arrival; the PostgreSQL run starts where the
+    # SQLite one did not, so that over a `--database both` run each server goes first as often.
+    plan = [("single streams", None)] if args.single else []
+    plan += [(f"{level:,} {arrival}", (level, arrival)) for level, arrival in levels]
     offset = DATABASES.index(database)
     turns_cap = max(2_000, 2 * max(args.levels))
     try:
         alone = []
         if args.model_check:
-            alone = [asyncio.run(model_alone(model, level, args)) for level in args.levels]
+            alone = [asyncio.run(model_alone(model, *level, args)) for level in levels]
         extra_env = {
             "OPENAI_API_KEY": "bench-key",
             "OPENAI_BASE_URL": f"{model.url}/v1",
@@ -869,17 +940,17 @@ def measure_database(database: str, args) -> dict:
             load = cpu_note()
             numbers = itertools.count(1)
             single: dict[str, dict] = {}
-            levels = []
+            results = []
             order = []
             for index, (what, level) in enumerate(plan):
                 first = server_order(index + offset, servers)
-                order.append((what if level is None else level, first))
+                order.append((what, first))
                 for server in first:
                     result = measure_server(stack, server, level, tokens, numbers, model, args)
                     if level is None:
                         single[server] = result
                     else:
-                        levels.append(result)
+                        results.append(result)
                         print(level_row(result)[0], flush=True)
     finally:
         model.close()
@@ -894,21 +965,21 @@ def measure_database(database: str, args) -> dict:
         "reply": model.reply,
         "alone": alone,
         "single": single,
-        "levels": levels,
+        "levels": results,
     }
 
 
 def measure_server(
     stack: ServeStack,
     server: str,
-    level: int | None,
+    level: tuple[int, str] | None,
     tokens: list[str],
     numbers: itertools.count,
     model: ModelProcess,
     args,
 ) -> dict:
-    """A fresh `server`, warmed up: `level` streams at once (None: the single streams), the
-    server stopped, then what it stored."""
+    """A fresh `server`, warmed up: a level's streams, (how many, their arrival) (None: the
+    single streams), the server stopped, then what it stored."""
     from django.db import connections
 
     stack.start_server(server)
@@ -916,7 +987,14 @@ def measure_server(
     if level is None:
         run, kwargs = run_single, {"count": args.single}
     else:
-        run, kwargs = run_level, {"server_pgid": stack.web().pid, "level": level}
+        count, arrival = level
+        run = run_level
+        kwargs = {
+            "server_pgid": stack.web().pid,
+            "level": count,
+            "arrival": arrival,
+            "span": stream_span(args),
+        }
     result = asyncio.run(
         with_clients(
             stack.base_url, tokens, args, numbers, run, model=model, workers=workers, **kwargs
@@ -935,12 +1013,18 @@ async def with_clients(base_url, tokens, args, numbers, run, **kwargs) -> dict:
         return await run(clients=clients, **kwargs)
 
 
-async def model_alone(model: ModelProcess, level: int, args) -> dict:
+async def model_alone(model: ModelProcess, level: int, arrival: str, args) -> dict:
     """The clients straight at the model (the model's URL as the server's, the model taking
-    any key), `level` streams: what the bench itself holds."""
+    any key), `level` streams sent as `arrival` says: what the bench itself holds."""
     async with Clients(model.url, ["bench-key"], args.timeout, straight=True) as clients:
         result = await run_level(
-            clients=clients, model=model, server_pgid=None, level=level, workers=0
+            clients=clients,
+            model=model,
+            server_pgid=None,
+            level=level,
+            arrival=arrival,
+            span=stream_span(args),
+            workers=0,
         )
     return {**result, "first_chunk_ms": args.first_chunk_ms}
 
@@ -957,7 +1041,15 @@ def main(argv: list[str] | None = None) -> int:
         default=LEVELS,
         help="streams at once, comma-separated (100,300,1000)",
     )
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per level")
+    parser.add_argument(
+        "--arrival",
+        choices=(*ARRIVALS, "both"),
+        default="both",
+        help="a level's requests all at once (burst), or evenly over one stream's length (spread)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds per level after its last request"
+    )
     parser.add_argument("--single", type=int, default=20, help="single streams (0: none)")
     parser.add_argument("--first-chunk-ms", type=float, default=1000.0)
     parser.add_argument("--chunk-ms", type=float, default=250.0)
@@ -972,7 +1064,9 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the model-alone run",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="5 streams, 1 s replies, both servers: ~1 min"
+        "--quick",
+        action="store_true",
+        help="5 streams, 1 s replies, both servers, both arrivals: ~1 min",
     )
     parser.add_argument("--pg-database", default="ethan_bench_streams")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/11")
