@@ -62,12 +62,15 @@ django_application = DjangoHandler()
 
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
+from ethan_site.health import healthz_asgi  # noqa: E402
 
 MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
 
 
 class Doors:
-    """Routes each request to Django or to the MCP app, and runs the lifespan of both."""
+    """Routes each request to Django or to the MCP app (and /healthz to its own answer,
+    ethan_site.health), and runs the lifespan of both."""
 
     def __init__(self) -> None:
         host, _, port = settings.ETHAN_BIND.rpartition(":")
@@ -86,6 +89,9 @@ class Doors:
             if scope["type"] == "http" and scope["method"] == "GET" and self.stopping:
                 receive = self._until_stopping(receive)
             await self.mcp(scope, receive, send)
+            return
+        if path == HEALTH_PATH and scope["type"] == "http":
+            await healthz_asgi(scope, receive, send)
             return
         await django_application(scope, receive, send)
 

@@ -1,9 +1,21 @@
-"""GET /healthz: is the database reachable, and the broker when one is configured."""
+"""GET /healthz: is the database reachable, and the broker when one is configured.
+
+Two doors onto one report: the Django view (runserver, the WSGI baseline, tests' client) and
+`healthz_asgi`, which ethan_site.asgi answers before Django's middleware. A load balancer's
+probe is a request like any other to the one server, and each of Django's synchronous
+middleware hooks is a hop to a thread and back through the event loop: under a thousand
+streams every hop waits behind the streams' work (bench.concurrent_streams), where this waits
+for one. It also answers whatever Host the probe sends (a load balancer probes by IP, which
+ALLOWED_HOSTS need not list): it reveals nothing but "ok".
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 from django.conf import settings
-from django.db import connection
+from django.db import close_old_connections, connection
 from django.http import JsonResponse
 from django.views.decorators.http import require_GET
 
@@ -28,8 +40,8 @@ def _check_broker() -> str:
     return "ok"
 
 
-@require_GET
-def healthz(request):
+def health_report() -> tuple[int, dict[str, str]]:
+    """The status code and the body: 200 when every check passed, else 503."""
     checks: dict[str, str] = {}
     healthy = True
     for name, check in (("database", _check_database), ("broker", _check_broker)):
@@ -38,5 +50,35 @@ def healthz(request):
         except Exception as exc:  # any failure is "down"; the type tells the operator why
             checks[name] = f"error: {type(exc).__name__}"
             healthy = False
-    body = {"status": "ok" if healthy else "error", **checks}
-    return JsonResponse(body, status=200 if healthy else 503)
+    return (200 if healthy else 503), {"status": "ok" if healthy else "error", **checks}
+
+
+@require_GET
+def healthz(request):
+    status, body = health_report()
+    return JsonResponse(body, status=status)
+
+
+def _report_in_thread() -> tuple[int, dict[str, str]]:
+    # A thread of the loop's pool, which no request's end tidies: its connection is checked
+    # before and after, as Django does around a request.
+    close_old_connections()
+    try:
+        return health_report()
+    finally:
+        close_old_connections()
+
+
+async def healthz_asgi(scope, receive, send) -> None:
+    """/healthz as an ASGI application: the same report and answers as the view (405 but for
+    GET), its checks in one hop to the loop's thread pool."""
+    if scope["method"] == "GET":
+        status, body = await asyncio.get_running_loop().run_in_executor(None, _report_in_thread)
+        headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+    else:
+        status, body = 405, {"detail": "method not allowed"}  # as ethan_site.errors words it
+        headers = [(b"content-type", b"application/json"), (b"allow", b"GET")]  # noqa
+    payload = json.dumps(body).encode()
+    headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})

@@ -271,3 +271,19 @@ def test_embedded_memory_work_runs_under_the_server(tmp_path):
             time.sleep(0.2)
     learnt = " ".join(fact["content"] for fact in facts)
     assert "Porto" in learnt and "Ana" in learnt, facts
+
+
+def test_healthz_is_answered_before_django(served):
+    """/healthz on the one server answers a load balancer's probe whatever Host it sends (it
+    probes by IP, which ALLOWED_HOSTS need not list), the same report as Django's view, GET
+    only; a page with that Host is refused by Django."""
+    server, _ = served
+    probe = server.request("GET", "/healthz", headers={"Host": "10.1.2.3:8000"})
+    assert probe.status == 200 and probe.headers["content-type"] == "application/json"
+    assert probe.json() == {"status": "ok", "database": "ok", "broker": "embedded"}
+    refused = server.request("POST", "/healthz", body="{}")
+    assert (refused.status, refused.headers["allow"]) == (405, "GET")
+    assert refused.json() == {"detail": "method not allowed"}
+    assert (
+        server.request("GET", "/accounts/login/", headers={"Host": "10.1.2.3:8000"}).status == 400
+    )
