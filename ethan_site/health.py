@@ -77,7 +77,7 @@ async def healthz_asgi(scope, receive, send) -> None:
         headers = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
     else:
         status, body = 405, {"detail": "method not allowed"}  # as ethan_site.errors words it
-        headers = [(b"content-type", b"application/json"), (b"allow", b"GET")]  # noqa
+        headers = [(b"content-type", b"application/json"), (b"allow", b"GET")]
     payload = json.dumps(body).encode()
     headers.append((b"content-length", str(len(payload)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
