@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import math
 import os
@@ -105,13 +106,24 @@ def test_the_quick_bench_runs_against_both_servers(tmp_path):
     subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=240)
     result = json.loads(out.read_text())
 
-    (alone,) = result["alone"]
-    assert all(s["done"] for s in alone["streams"])
-    assert result["order"] == [["single", ["asgi", "gunicorn"]], [5, ["gunicorn", "asgi"]]]
+    assert [alone["arrival"] for alone in result["alone"]] == ["burst", "spread"]
+    for alone in result["alone"]:
+        assert all(s["done"] for s in alone["streams"])
+    # Each measurement on a fresh server, the two taking turns going first.
+    assert result["order"] == [
+        ["single streams", ["asgi", "gunicorn"]],
+        ["5 burst", ["gunicorn", "asgi"]],
+        ["5 spread", ["asgi", "gunicorn"]],
+    ]
     assert sorted(result["single"]) == ["asgi", "gunicorn"]
     for single in result["single"].values():
         assert all(s["done"] for s in single["streams"])
-    assert [level["server"] for level in result["levels"]] == ["gunicorn", "asgi"]
+    assert [(level["server"], level["arrival"]) for level in result["levels"]] == [
+        ("gunicorn", "burst"),
+        ("asgi", "burst"),
+        ("asgi", "spread"),
+        ("gunicorn", "spread"),
+    ]
     for level in result["levels"]:
         assert level["storage"] == {
             "completed": 5,
@@ -123,11 +135,22 @@ def test_the_quick_bench_runs_against_both_servers(tmp_path):
         assert level["healthz_ms"] and level["server_cpu"] > 0 and level["rss_peak"] > 0
         # Nothing left running when the level ended: each server exited on its first signal.
         assert not level["stop"]["killed"]
-    assert [level["stop"]["signal"] for level in result["levels"]] == ["SIGQUIT", "SIGTERM"]
+    assert [level["stop"]["signal"] for level in result["levels"]] == [
+        "SIGQUIT",
+        "SIGTERM",
+        "SIGTERM",
+        "SIGQUIT",
+    ]
+    # Spread: each stream sent a fifth of a stream's length after the one before.
+    spread = next(level for level in result["levels"] if level["arrival"] == "spread")
+    sent = sorted(s["sent"] for s in spread["streams"])
+    assert all(later - earlier >= 0.2 for earlier, later in itertools.pairwise(sent))
     table = concurrent_streams.report([result], quick_args())
-    assert table.count("\n| 5 | asgi | 5 (3 / 2) | 5 of 5 | 5 |") == 1
-    assert table.count("\n| 5 | gunicorn | 5 (3 / 2) | 5 of 5 | 5 |") == 1
-    assert "- Model alone (the same clients straight at bench.slow_model, 5 streams" in table
+    for arrival in ("burst", "spread"):
+        for server in ("asgi", "gunicorn"):
+            assert table.count(f"\n| 5 | {arrival} | {server} | 5 (3 / 2) | 5 of 5 | 5 |") == 1
+    for arrival in ("burst", "spread"):
+        assert f"- Model alone, {arrival} (the same clients straight at bench.slow_model" in table
     assert "- Single streams, asgi (2 one after another, endpoints alternating, 2 completed)" in (
         table
     )
@@ -137,4 +160,11 @@ def test_the_quick_bench_runs_against_both_servers(tmp_path):
 
 def quick_args() -> argparse.Namespace:
     """--quick's settings, which the report names."""
-    return argparse.Namespace(first_chunk_ms=200.0, chunk_ms=100.0, stream_seconds=1.0, timeout=20)
+    return argparse.Namespace(
+        first_chunk_ms=200.0,
+        chunk_ms=100.0,
+        stream_seconds=1.0,
+        timeout=20,
+        levels=(5,),
+        arrival="both",
+    )
