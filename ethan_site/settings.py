@@ -156,9 +156,8 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # The console, the web process and the embedded tasks share one file. IMMEDIATE takes the
     # write lock when a transaction starts, so two writers queue up (up to `timeout` seconds)
     # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
-    # readers go on while one writes. Each thread keeps its connection (CONN_MAX_AGE, 60 s):
-    # the server's threads live as long as it does, and opening one (its PRAGMAs, Django's SQL
-    # functions) was 6% of a streamed turn's CPU under `ethan serve` when every step opened its own.
+    # readers go on while one writes.
+    _database["CONN_MAX_AGE"] = 0
     _database["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
