@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
 
 import llm
 from ethan_site import queue
+from ethan_site.pooled import pooled_connection
 from llm.types import StreamEvent
 
 T = TypeVar("T")
@@ -91,18 +91,6 @@ def _in_background(tasks: list) -> None:
     running = asyncio.get_running_loop().run_in_executor(None, _deferred_run, tasks)
     _background.add(running)
     running.add_done_callback(_background.discard)
-
-
-@contextmanager
-def pooled_connection() -> Iterator[None]:
-    """Database work on a pool thread, which no request's end ever tidies: its connection is
-    checked before (one that broke or outlived CONN_MAX_AGE is replaced) and after, as Django
-    does around a request."""
-    close_old_connections()
-    try:
-        yield
-    finally:
-        close_old_connections()
 
 
 SYNC: TurnIO = _SyncIO()

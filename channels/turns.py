@@ -26,7 +26,6 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, transaction
 
-from agent_app import turn_io
 from agent_app.turn import (
     Delta,
     Failed,
@@ -38,6 +37,7 @@ from agent_app.turn import (
     turn_interrupted,
     turn_start,
 )
+from ethan_site.pooled import pooled_connection
 from sessions_app.models import ChatSession, Message
 from sessions_app.services import SessionBusy
 
@@ -335,7 +335,7 @@ def _interrupted_store(turn: TurnStream, shown: str) -> None:
     """Store a stopped reply as interrupted, unless its reply was stored in the meantime (a
     database step is never cut in half: the one under way when the turn was stopped ran to its
     end, and may have been the reply)."""
-    with turn_io.pooled_connection(), transaction.atomic():
+    with pooled_connection(), transaction.atomic():
         session = ChatSession.objects.select_for_update().get(pk=turn.session.pk)
         question_seq = turn.question.seq if turn.question is not None else 0
         replied = Message.objects.filter(

@@ -33,6 +33,7 @@ SHARED = {
     "ethan_site.api",
     "ethan_site.layout",
     "ethan_site.limits",
+    "ethan_site.pooled",
     "ethan_site.private",
     "ethan_site.queue",
     "ethan_site.throttles",
