@@ -436,11 +436,16 @@ def _fenced(plan: TurnPlan, session: ChatSession, question: Message | None = Non
         raise TurnSuperseded(f"session {session.pk}: the turn's right to answer was taken over")
 
 
+def _holds(session: ChatSession | None, token: str) -> bool:
+    """The turn holding `token` still has the session's claim (as this process last wrote it)."""
+    return bool(token) and session is not None and session.turn_claim == token
+
+
 def _release(session: ChatSession | None, token: str) -> None:
     """Give the session back, whatever happened (the reply's append gives it back itself). A
     database that fails here is logged, not raised: it must not hide the turn's own result,
     and the claim goes stale on its own."""
-    if not token or session is None or session.turn_claim != token:
+    if not _holds(session, token):
         return
     try:
         session_services.session_turn_release(session=session, token=token)
@@ -544,7 +549,8 @@ async def _events(
         # own append when there is one: then _release has nothing left to do).
         if progress.consolidation_due:
             await io.db(enqueue, consolidation_run_task, session.pk)
-        await io.db(_release, session, token)
+        if _holds(session, token):  # no hop to the database for a claim already given back
+            await io.db(_release, session, token)
         released = True
         yield last
     finally:
