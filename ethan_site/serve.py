@@ -1,19 +1,25 @@
 """`ethan serve` (and `make serve`): the ASGI application (ethan_site.asgi) under uvicorn, one
 event loop holding every open conversation.
 
-One process by default: the MCP sessions of /mcp live in the process that opened them, and one
-process on an event loop holds many streaming replies, since none holds a thread while the
-model writes. More processes (--workers, WEB_CONCURRENCY) need a proxy that keeps each MCP
-session on one of them.
+One process by default: one process on an event loop holds many streaming replies, since none
+holds a thread while the model writes. More processes (--workers, WEB_CONCURRENCY) use more
+cores: they share the listening socket and the kernel gives each connection to any of them, so
+the server tells them how many they are (ETHAN_SERVE_PROCESSES) and /mcp is then stateless, each
+request served whole by the process that gets it (an MCP session kept in one process's memory
+would be unknown to the next request). The turn caps (ETHAN_TURNS_PER_PROCESS,
+ETHAN_TURNS_PER_PERSON) are then per process; the throttles stay shared, in the cache
+(docs/operations.md, "More than one process").
 
 On SIGTERM (or Ctrl-C) the server stops listening, takes no new turn (503 with Retry-After on a
 connection still open), ends MCP event streams, and lets the replies being written finish for up
 to ETHAN_DRAIN_SECONDS; those still running then are stored as far as they were written, marked
-interrupted.
+interrupted. With several processes, uvicorn's supervisor passes the SIGTERM on to each, which
+stops listening, lets its open requests finish (up to the same limit), then drains its turns.
 """
 
 from __future__ import annotations
 
+import os
 from types import FrameType
 
 import uvicorn
@@ -52,6 +58,9 @@ def serve(*, host: str, port: int, workers: int = 1) -> None:
     if workers > 1:
         from uvicorn.supervisors import Multiprocess
 
+        # Read by the settings of each worker, which uvicorn spawns with this environment (a
+        # fresh interpreter: they import the application, and read the settings, anew).
+        os.environ["ETHAN_SERVE_PROCESSES"] = str(workers)
         # Each worker runs uvicorn's own server: it hears of the stop when the connections
         # have closed (the application's lifespan then drains its turns to the same limit).
         Multiprocess(config, sockets=[config.bind_socket()]).run()

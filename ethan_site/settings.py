@@ -314,6 +314,11 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
 ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
 ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
+# How many processes serve the doors on one port: `ethan serve --workers N` sets it for its
+# processes (set it yourself to run ethan_site.asgi under another server's several workers).
+# The kernel gives each connection to any of them, so with more than one /mcp is stateless:
+# an MCP session kept in one process's memory could not be found by the next request.
+ETHAN_SERVE_PROCESSES = _config.positive("ETHAN_SERVE_PROCESSES", 1)
 # Where the web server (`ethan serve`, `make serve`) listens: every door, /mcp included.
 ETHAN_BIND = _config.get("ETHAN_BIND", "127.0.0.1:8000", str)
 # The MCP server over streamable HTTP (`ethan mcp --http`): where it listens. Its URL is

@@ -8,6 +8,10 @@
   token fill the server and refuse everyone else with 503.
 - Opening sessions is throttled per person (ETHAN_MCP_INITIALIZE_RATE, counted in the shared
   cache like the API's throttle): 429 with Retry-After.
+- Stateless, when several processes serve the port (server.http_app): no session is kept, so
+  there is none to cap; an `initialize` request is throttled all the same, and a GET (an event
+  stream for the server's own messages, which a request without a session never has) is
+  answered 405, as the transport specification allows, where the SDK would hold it open empty.
 - Every error answer of the app is JSON, `{"error": code, "error_description": text}`, the
   shape of the SDK's 401; its transport checks answer plain text (a wrong Host is a 421).
 - OAuth (OAuthChallenge): a 401 tells a host where to authorize (RFC 9728 §5.1, the MCP
@@ -79,21 +83,39 @@ class PersonalSessions(StreamableHTTPSessionManager):
         headers = dict(scope["headers"])
         if MCP_SESSION_ID_HEADER.encode() not in headers:
             # A request that opens a session (an `initialize`): counted per person first.
-            person = _person(scope)
-            if person is not None:
-                wait = await anyio.to_thread.run_sync(_initialize_wait, person)
-                if wait is not None:
-                    await _error(
-                        429,
-                        "rate_limited",
-                        f"too many new MCP sessions; retry in {wait} s",
-                        {"Retry-After": str(wait)},
-                    )(scope, receive, send)
-                    return
+            refusal = await _initialize_refusal(scope)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         try:
             await super()._handle_stateful_request(scope, receive, send)
         except SessionsInUse as refused:
             await _error(429, "too_many_sessions", str(refused))(scope, receive, send)
+
+    async def _handle_stateless_request(
+        self, protocol_version_hint: str | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        if scope["method"] == "GET":
+            # The SDK would open an event stream that nothing is ever sent on (no session to
+            # send for) and that holds its connection until the host leaves.
+            refusal = _error(
+                405,
+                "method_not_allowed",
+                "this server keeps no MCP session: no event stream to open, POST each request",
+                {"Allow": "POST"},
+            )
+            await refusal(scope, receive, send)
+            return
+        if scope["method"] == "POST":
+            # Every request comes without a session: an `initialize` is known by its method.
+            receive, body = await _held_body(receive)
+            message = _rpc_request(body)
+            if message is not None and message.get("method") == "initialize":
+                refusal = await _initialize_refusal(scope)
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
+        await super()._handle_stateless_request(protocol_version_hint, scope, receive, send)
 
     def _admit_session(
         self, requestor: AuthorizationContext | None
@@ -165,6 +187,23 @@ class InitializeThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request: None, view: None) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.person}
+
+
+async def _initialize_refusal(scope: Scope) -> JSONResponse | None:
+    """The 429 for a person past ETHAN_MCP_INITIALIZE_RATE, else None (anyone may open a
+    session when no token names a person: the SDK answers 401)."""
+    person = _person(scope)
+    if person is None:
+        return None
+    wait = await anyio.to_thread.run_sync(_initialize_wait, person)
+    if wait is None:
+        return None
+    return _error(
+        429,
+        "rate_limited",
+        f"too many new MCP sessions; retry in {wait} s",
+        {"Retry-After": str(wait)},
+    )
 
 
 def _initialize_wait(person: str) -> int | None:
@@ -297,22 +336,9 @@ class OAuthChallenge:
     async def _scope_refusal(
         self, bearer: str, origin: str, receive: Receive
     ) -> tuple[Receive, JSONResponse | None]:
-        """Reads the request's body (at most ETHAN_MAX_BODY_BYTES of it; the rest, if any, is
-        the SDK's to refuse) to see which tool it calls; the body is replayed to the app."""
-        held: list[Message] = []
-        body = b""
-        while len(body) <= settings.ETHAN_MAX_BODY_BYTES:
-            message = await receive()
-            held.append(message)
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body", False):
-                break
-
-        async def replay() -> Message:
-            return held.pop(0) if held else await receive()
-
+        """Reads the request's body to see which tool it calls; the body is replayed to the
+        app."""
+        replay, body = await _held_body(receive)
         tool = _tool_called(body)
         if tool not in scopes.WRITE_TOOLS:
             return replay, None
@@ -333,6 +359,26 @@ class OAuthChallenge:
         return replay, refusal
 
 
+async def _held_body(receive: Receive) -> tuple[Receive, bytes]:
+    """The request's body (at most ETHAN_MAX_BODY_BYTES of it; the rest, if any, is the SDK's
+    to refuse), and a receive that gives the app the request's messages again."""
+    held: list[Message] = []
+    body = b""
+    while len(body) <= settings.ETHAN_MAX_BODY_BYTES:
+        message = await receive()
+        held.append(message)
+        if message["type"] != "http.request":
+            break
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+
+    async def replay() -> Message:
+        return held.pop(0) if held else await receive()
+
+    return replay, body
+
+
 def _scheme(scope: Scope, headers: Headers) -> str:
     """The request's scheme as Django sees it: behind the HTTPS proxy (ETHAN_HTTPS), the one
     its X-Forwarded-Proto says (SECURE_PROXY_SSL_HEADER), so /mcp and the OAuth pages name the
@@ -347,13 +393,20 @@ def _bearer(authorization: str) -> str | None:
     return token.strip() or None if kind.lower() == "bearer" else None
 
 
-def _tool_called(body: bytes) -> str | None:
-    """The tool a JSON-RPC `tools/call` request names, else None."""
+def _rpc_request(body: bytes) -> dict | None:
+    """The one JSON-RPC message a request's body holds (the transport takes no batch), else
+    None."""
     try:
         message = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(message, dict) or message.get("method") != "tools/call":
+    return message if isinstance(message, dict) else None
+
+
+def _tool_called(body: bytes) -> str | None:
+    """The tool a JSON-RPC `tools/call` request names, else None."""
+    message = _rpc_request(body)
+    if message is None or message.get("method") != "tools/call":
         return None
     params = message.get("params")
     name = params.get("name") if isinstance(params, dict) else None

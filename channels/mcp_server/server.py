@@ -662,7 +662,10 @@ def http_app(*, host: str, port: int) -> ASGIApp:
     """The streamable HTTP transport at /mcp (and /healthz), each request authenticated by its
     Bearer token (a 401 or 403 says how to get one: http.OAuthChallenge). Host and Origin
     headers are checked against DJANGO_ALLOWED_HOSTS (DNS rebinding), as the web process checks
-    Host. Sessions are counted per person and every error is JSON (channels.mcp_server.http)."""
+    Host. Sessions are counted per person and every error is JSON (channels.mcp_server.http).
+
+    Stateless when more than one process serves the port (ETHAN_SERVE_PROCESSES): each request
+    is answered whole by the process that gets it, with no session to find again."""
     hosts = list(settings.ALLOWED_HOSTS)
     if "*" in hosts:
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -675,7 +678,10 @@ def http_app(*, host: str, port: int) -> ASGIApp:
         )
     mcp = EthanMCP(base_url=f"http://{host}:{port}")
     app = mcp.server.streamable_http_app(
-        streamable_http_path="/mcp", transport_security=security, host=host
+        streamable_http_path="/mcp",
+        transport_security=security,
+        host=host,
+        stateless_http=settings.ETHAN_SERVE_PROCESSES > 1,
     )
     PersonalSessions.adopt(mcp.server.session_manager)
     return OAuthChallenge(JsonErrors(app), access_for_token)

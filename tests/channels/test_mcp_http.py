@@ -159,3 +159,53 @@ def test_mcp_transport_refusals_are_json(mcp_url, http, owner, headers, status, 
         assert refused.status_code == status
         assert refused.headers["content-type"] == "application/json"
         assert refused.json() == {"error": error, "error_description": description}
+
+
+def test_mcp_with_one_process_keeps_sessions(mcp_url, http, owner):
+    """The default (ETHAN_SERVE_PROCESSES 1): a session opened is found again by its id."""
+    ada = token_of(owner)
+    session = opened(http, mcp_url, ada)
+    listed = post(http, mcp_url, ada, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+    assert listed.status_code == 200 and listed.headers["mcp-session-id"] == session
+    assert post(http, mcp_url, ada, INITIALIZED, "not-a-session").status_code == 404
+
+
+@pytest.fixture
+def stateless_url(transactional_db, settings):
+    """/mcp as each of several processes serves it (ethan_site.serve sets the count)."""
+    settings.ETHAN_SERVE_PROCESSES = 2
+    with served_in_thread() as url:
+        yield url
+
+
+def test_mcp_with_several_processes_keeps_no_session(stateless_url, http, owner, settings):
+    """Any process can answer any request: none opens a session or needs one; a GET event
+    stream (nothing to send on it) is 405, and `initialize` is still throttled per person."""
+    settings.ETHAN_MCP_INITIALIZE_RATE = "2/min"
+    ada = token_of(owner)
+    answer = post(http, stateless_url, ada, INITIALIZE)
+    assert answer.status_code == 200 and "mcp-session-id" not in answer.headers
+    listed = post(http, stateless_url, ada, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    assert listed.status_code == 200 and "mcp-session-id" not in listed.headers
+    assert '"memory_search"' in listed.text
+
+    stream = http.get(stateless_url, headers={"Authorization": f"Bearer {ada}"})
+    description = "this server keeps no MCP session: no event stream to open, POST each request"
+    assert (stream.status_code, stream.headers["allow"], stream.json()) == (
+        405,
+        "POST",
+        {"error": "method_not_allowed", "error_description": description},
+    )
+
+    # The SDK's client, as a host connects (its own initialize: the second of the minute).
+    assert over_http(stateless_url, ada, tools_and_server, mode="legacy")[0] == 9
+    refused = post(http, stateless_url, ada, INITIALIZE)
+    assert refused.status_code == 429 and refused.json()["error"] == "rate_limited"
+    # Past the rate, requests other than initialize are answered.
+    pinged = post(http, stateless_url, ada, {"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    assert pinged.status_code == 200
+
+    # Without a token: the SDK's 401, with the OAuth challenge, as JSON.
+    unknown = post(http, stateless_url, "not-a-token", INITIALIZE)
+    assert (unknown.status_code, unknown.json()["error"]) == (401, "invalid_token")
+    assert "resource_metadata=" in unknown.headers["www-authenticate"]

@@ -21,7 +21,8 @@ class Command(BaseCommand):
             "--workers",
             type=int,
             default=int(os.environ.get("WEB_CONCURRENCY") or 1),
-            help="processes (default WEB_CONCURRENCY, else 1: MCP sessions live in one process)",
+            help="processes on the port, one per core at most (default WEB_CONCURRENCY, else 1); "
+            "with more than one, /mcp keeps no session (docs/operations.md)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
