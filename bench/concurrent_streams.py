@@ -15,7 +15,8 @@ How the N streams of a level arrive (`--arrival burst|spread|both`, both by defa
 The servers (`--server asgi|gunicorn|both`, both by default):
 
 - asgi: the documented serve command, `<venv>/bin/ethan serve --bind 127.0.0.1:PORT` (what
-  `make serve` runs): ethan_site.asgi under uvicorn, one process, every turn on its event loop.
+  `make serve` runs): ethan_site.asgi under uvicorn, one process, every turn on its event loop;
+  with `--asgi-workers N` (1 by default), `--workers N` added: N such processes on the port.
 - gunicorn: the baseline, the old `make serve`'s command line (gunicorn reading
   gunicorn.conf.py, WEB_CONCURRENCY sync workers, 2 by default), now serving
   ethan_site.wsgi:application.
@@ -53,10 +54,10 @@ p50 and p95 over every stream (one with no delta by the timeout counts as longer
 with its two parts, before the model (request sent → the model has it) and after (the model's
 first chunk → the client reads its delta); GET /healthz every 100 ms, p99 (unanswered 5 s after
 the level's end: longer than the run); the CPU seconds of the server's process group (gunicorn's
-arbiter and workers, or the one uvicorn process) and its RSS, the peak over the level less the
-warmed-up start divided by the most streams open at once (headers read, not finished) as
-memory per open stream. A line of single streams per server (one at a time, `--single` of
-them, endpoints alternating) gives the added time with nothing else running.
+arbiter and workers, uvicorn's one process, or its supervisor and workers) and its RSS, the
+peak over the level less the warmed-up start divided by the most streams open at once (headers
+read, not finished) as memory per open stream. A line of single streams per server (one at a
+time, `--single` of them, endpoints alternating) gives the added time with nothing else running.
 
     python -m bench.concurrent_streams --quick --no-record      # 5 streams, 1 s replies: ~1 min
     python -m bench.concurrent_streams                           # SQLite, 100 / 300 / 1,000
@@ -173,10 +174,11 @@ class ModelProcess:
 # --- the servers -----------------------------------------------------------------------------
 
 
-def asgi_command(*, port: int) -> list[str]:
+def asgi_command(*, port: int, workers: int = 1) -> list[str]:
     """The documented serve command (`make serve`, docs/operations.md) on `port`: every door in
-    one process."""
-    return [str(Path(sys.executable).parent / "ethan"), "serve", "--bind", f"127.0.0.1:{port}"]
+    one process, or in `workers` of them."""
+    command = [str(Path(sys.executable).parent / "ethan"), "serve", "--bind", f"127.0.0.1:{port}"]
+    return command if workers == 1 else [*command, "--workers", str(workers)]
 
 
 def gunicorn_command(*, port: int, workers: int) -> list[str]:
@@ -195,7 +197,9 @@ def gunicorn_command(*, port: int, workers: int) -> list[str]:
     ]
 
 
-def server_label(server: str, workers: int) -> str:
+def server_label(server: str, workers: int, asgi_workers: int = 1) -> str:
+    if server == "asgi" and asgi_workers > 1:
+        return f"`ethan serve --workers {asgi_workers}` (ethan_site.asgi under uvicorn)"
     if server == "asgi":
         return "`ethan serve` (ethan_site.asgi under uvicorn, one process)"
     return f"the old `make serve`'s gunicorn, {workers} sync workers (ethan_site.wsgi)"
@@ -219,6 +223,7 @@ class ServeStack(BenchStack):
         database: str,
         server: str,
         workers: int,
+        asgi_workers: int = 1,
         pg_database: str,
         broker_url: str,
         cache_url: str,
@@ -229,14 +234,15 @@ class ServeStack(BenchStack):
         self.database = database
         self.server = server  # the server started next
         self.workers = workers
+        self.asgi_workers = asgi_workers
         self.pg_database = pg_database
         self.broker_url = broker_url
         self.cache_url = cache_url
 
     def _environment(self, database_url: str) -> dict[str, str]:
         env = super()._environment(database_url)
-        # gunicorn's workers are on its command line; `ethan serve` would read this as its
-        # number of processes, and the one measured is the documented one: a single process.
+        # Both servers' processes are on their command lines; `ethan serve` would read this as
+        # its number of processes.
         env.pop("WEB_CONCURRENCY", None)
         if self.database == "postgresql":
             env["CELERY_BROKER_URL"] = self.broker_url
@@ -247,7 +253,7 @@ class ServeStack(BenchStack):
         if name == "gunicorn":  # bench.server's web server: the one measured next instead
             name = self.server
             if name == "asgi":
-                command = asgi_command(port=self.port)
+                command = asgi_command(port=self.port, workers=self.asgi_workers)
             else:
                 command = gunicorn_command(port=self.port, workers=self.workers)
         super()._spawn(name, command)
@@ -927,6 +933,7 @@ def measure_database(database: str, args) -> dict:
             database=database,
             server=server_order(offset, servers)[0],
             workers=args.workers,
+            asgi_workers=args.asgi_workers,
             pg_database=args.pg_database,
             broker_url=args.broker_url,
             cache_url=args.cache_url,
@@ -958,7 +965,9 @@ def measure_database(database: str, args) -> dict:
     return {
         "database": label,
         "broker": broker,
-        "servers": {server: server_label(server, args.workers) for server in servers},
+        "servers": {
+            server: server_label(server, args.workers, args.asgi_workers) for server in servers
+        },
         "order": order,
         "turns_cap": turns_cap,
         "load": load,
@@ -983,7 +992,7 @@ def measure_server(
     from django.db import connections
 
     stack.start_server(server)
-    workers = args.workers if server == "gunicorn" else 1
+    workers = args.workers if server == "gunicorn" else args.asgi_workers
     if level is None:
         run, kwargs = run_single, {"count": args.single}
     else:
@@ -1056,6 +1065,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-seconds", type=float, default=10.0)
     parser.add_argument(
         "--workers", type=int, default=2, help="the baseline gunicorn's workers (old make serve: 2)"
+    )
+    parser.add_argument(
+        "--asgi-workers",
+        type=int,
+        default=1,
+        help="`ethan serve --workers`: its processes (1, the default serve command)",
     )
     parser.add_argument(
         "--no-model-check",
