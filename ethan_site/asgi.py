@@ -21,6 +21,10 @@ from django.core.handlers.asgi import ASGIHandler
 from ethan_site.config import settings_or_exit
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
+# The server's threads (Django's below, the loop's pool, /healthz's) live as long as it does:
+# on SQLite each keeps its connection (ethan_site.settings), where a new one at every step of
+# every turn was the cost of its PRAGMAs and SQL functions each time.
+os.environ.setdefault("ETHAN_SQLITE_KEEP_SECONDS", "60")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
 django.setup(set_prefix=False)

@@ -156,8 +156,18 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # The console, the web process and the embedded tasks share one file. IMMEDIATE takes the
     # write lock when a transaction starts, so two writers queue up (up to `timeout` seconds)
     # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
-    # readers go on while one writes.
-    _database["CONN_MAX_AGE"] = 0
+    # readers go on while one writes. A thread keeps its connection for
+    # ETHAN_SQLITE_KEEP_SECONDS (CONN_MAX_AGE): ethan_site.asgi makes it 60, as the server's
+    # threads live as long as it does and opening one at every step of a turn (its PRAGMAs,
+    # Django's SQL functions) was 14% of the server's CPU under 300 streams
+    # (bench.concurrent_streams). Elsewhere 0, each piece of work opening its own: kept
+    # everywhere, the console's Ctrl-C tests failed in full test runs.
+    _database["CONN_MAX_AGE"] = _config.get("ETHAN_SQLITE_KEEP_SECONDS", 0, int)
+    if _database["CONN_MAX_AGE"] < 0:
+        raise ConfigError(
+            f"ETHAN_SQLITE_KEEP_SECONDS from {_config.source_of('ETHAN_SQLITE_KEEP_SECONDS')}: "
+            "must be 0 or more"
+        )
     _database["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
