@@ -185,6 +185,13 @@ class Config:
             )
         return value
 
+    def non_negative(self, name: str, default: int) -> int:
+        """An integer setting that may be 0 (a duration where 0 means "not kept")."""
+        value = self.get(name, default, int)
+        if value < 0:
+            raise ConfigError(f"{name} from {self.source_of(name)}: must be 0 or more, not {value}")
+        return value
+
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.get(name, default, str)
         if value not in choices:

@@ -162,12 +162,7 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # Django's SQL functions) was 14% of the server's CPU under 300 streams
     # (bench.concurrent_streams). Elsewhere 0, each piece of work opening its own: kept
     # everywhere, the console's Ctrl-C tests failed in full test runs.
-    _database["CONN_MAX_AGE"] = _config.get("ETHAN_SQLITE_KEEP_SECONDS", 0, int)
-    if _database["CONN_MAX_AGE"] < 0:
-        raise ConfigError(
-            f"ETHAN_SQLITE_KEEP_SECONDS from {_config.source_of('ETHAN_SQLITE_KEEP_SECONDS')}: "
-            "must be 0 or more"
-        )
+    _database["CONN_MAX_AGE"] = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 0)
     _database["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,

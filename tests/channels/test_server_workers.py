@@ -85,7 +85,7 @@ def test_two_processes_answer_any_mcp_request(served):
 
     def remember_and_find(city: str):
         async def use(mcp):
-            tools = {tool.name for tool in (await mcp.list_tools()).tools}
+            tools = await _tool_names(mcp)
             written = structured(
                 await mcp.call_tool("memory_write", {"content": f"Lives in {city}"})
             )
