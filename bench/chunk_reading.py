@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from bench.common import machine
 from bench.concurrent_streams import ModelProcess, raise_open_files
 from bench.slow_model import WARM_UP, reply_text
-from llm import config
+from llm import config, loop_clients
 from llm.openai_adapter import OpenAIProvider, _async_client, _client_args, _request_kwargs
 from llm.provider import Request
 from llm.types import Message, StreamEnd
@@ -60,7 +60,7 @@ async def through_the_adapter(request: Request, reply: str) -> None:
 async def through_the_sdks_stream(request: Request, reply: str) -> None:
     """The SDK's AsyncStream, each chunk read as the adapter read the pydantic chunks before:
     choice 0's text, tool-call pieces and finish reason, and the usage."""
-    client = _async_client(*_client_args(request), asyncio.get_running_loop())
+    client = _async_client(*_client_args(request))
     texts, finish, usage = [], None, None
     async with await client.chat.completions.create(**_request_kwargs(request)) as stream:
         async for chunk in stream:
@@ -80,7 +80,7 @@ async def through_the_sdks_stream(request: Request, reply: str) -> None:
 
 
 async def only_the_bytes(request: Request, reply: str) -> None:
-    client = _async_client(*_client_args(request), asyncio.get_running_loop())
+    client = _async_client(*_client_args(request))
     create = client.chat.completions.with_streaming_response.create
     async with create(**_request_kwargs(request)) as response:
         async for _piece in response.http_response.aiter_bytes():
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     model = ModelProcess(first_chunk_ms=chunk_ms, chunk_ms=chunk_ms, stream_seconds=stream_seconds)
     try:
         reply = reply_text(chunk_ms=chunk_ms, stream_seconds=stream_seconds)
-        per_thousand = asyncio.run(run(args, model.url, reply))
+        per_thousand = loop_clients.run(run(args, model.url, reply))
     finally:
         model.close()
     pace = f"a chunk every {args.chunk_ms:g} ms" if args.paced else "unpaced"

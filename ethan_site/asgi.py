@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,8 @@ from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler
 
 from ethan_site.config import settings_or_exit
+
+log = logging.getLogger(__name__)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # The server's threads (Django's below, the loop's pool, /healthz's) live as long as it does:
@@ -64,6 +67,7 @@ class DjangoHandler(ASGIHandler):
 
 django_application = DjangoHandler()
 
+import llm  # noqa: E402
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
@@ -130,13 +134,32 @@ class Doors:
         async def receive_then_drain() -> Message:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                # Before the first request: what a process's first turn would load otherwise
+                # (the model's SDK, jieba's dictionary), over a second, in each process.
+                await asyncio.to_thread(_preload)
                 TURNS.admitting()
             elif message["type"] == "lifespan.shutdown":
                 self.stop()
                 await TURNS.drain()
+                # The model clients' connections, closed with the loop they belong to.
+                await llm.aclose()
             return message
 
         await self.mcp(scope, receive_then_drain, send)
+
+
+def _preload() -> None:
+    started = time.monotonic()
+    try:
+        provider = llm.preload()
+    except llm.ModelError as exc:  # a model set wrong: every turn says so, in its own words
+        log.warning("the model's SDK was not loaded ahead of the first turn: %s", exc)
+        return
+    log.info(
+        "loaded ahead of the first turn: the %s SDK and jieba's dictionary (%.1f s)",
+        provider,
+        time.monotonic() - started,
+    )
 
 
 application = Doors()

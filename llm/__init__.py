@@ -3,7 +3,7 @@
 compression-model routing, structured output and a token estimate. Plain Python: nothing here
 imports Django."""
 
-from llm.client import astream, complete, stream
+from llm.client import astream, complete, preload, stream
 from llm.config import check_model, compression_model, configure, default_model
 from llm.errors import (
     ModelAuthError,
@@ -13,6 +13,7 @@ from llm.errors import (
     ModelRequestError,
     ModelUnavailable,
 )
+from llm.loop_clients import aclose
 from llm.routing import compression_model_for, provider_for
 from llm.tokens import estimate_tokens
 from llm.types import (
@@ -41,6 +42,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "Usage",
+    "aclose",
     "astream",
     "check_model",
     "complete",
@@ -49,6 +51,7 @@ __all__ = [
     "configure",
     "default_model",
     "estimate_tokens",
+    "preload",
     "provider_for",
     "stream",
 ]

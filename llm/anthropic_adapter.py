@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,6 +12,7 @@ import httpx2
 
 from llm import config
 from llm.errors import ModelError, ModelUnavailable
+from llm.loop_clients import loop_client
 from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import ANTHROPIC
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
@@ -23,13 +23,17 @@ def _client(api_key: str, base_url: str | None, timeout: float) -> anthropic.Ant
     return anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
 
-@functools.lru_cache(maxsize=16)
-def _async_client(
-    api_key: str, base_url: str | None, timeout: float, loop: asyncio.AbstractEventLoop
-) -> anthropic.AsyncAnthropic:
-    # One per event loop: an async client's connections belong to the loop that opened them.
-    return anthropic.AsyncAnthropic(
-        api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+def _async_client(api_key: str, base_url: str | None, timeout: float) -> anthropic.AsyncAnthropic:
+    # aiohttp as its transport, as for OpenAI (llm.openai_adapter._async_client).
+    return loop_client(
+        (ANTHROPIC, api_key, base_url, timeout),
+        lambda: anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=anthropic.DefaultAioHttpClient(timeout=timeout),
+        ),
     )
 
 
@@ -188,7 +192,7 @@ class AnthropicProvider:
         yield events.end()
 
     async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        client = _async_client(*_client_args(request), asyncio.get_running_loop())
+        client = _async_client(*_client_args(request))
         events = _Events(request)
         response = await client.messages.create(**_request_kwargs(request))
         async with response:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
 
-from llm import config
+from llm import config, text
 from llm.errors import ModelUnavailable
 from llm.provider import Provider, Request
 from llm.registry import provider_entry
@@ -20,6 +20,17 @@ def get_provider(name: str) -> Provider:
     """The adapter registered for `name` (llm.registry), built once; its SDK is imported now,
     on first use. ModelConfigError for a provider nobody registered."""
     return provider_entry(name).chat()
+
+
+def preload(model: str | None = None) -> str:
+    """Load now what a process's first model call and first Chinese message would: the SDK of
+    `model`'s provider (default: config.default_model(); importing openai takes about 0.5 s)
+    and jieba's dictionary (about 0.6 s), and name that provider. A server calls it before it
+    takes requests, so that no person's turn waits for them."""
+    name = provider_for(model or config.default_model(config.current()))
+    get_provider(name)
+    text.segmenter_load()
+    return name
 
 
 def stream(

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import aiohttp
 import httpx2
 from google import genai
 from google.genai import errors as genai_errors
@@ -21,6 +22,7 @@ from google.genai import types
 
 from llm import config
 from llm.errors import ModelError, ModelUnavailable
+from llm.loop_clients import loop_client
 from llm.provider import Request, status_error
 from llm.routing import GEMINI
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
@@ -188,9 +190,12 @@ class GeminiProvider:
         yield chunks.end()
 
     async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
-        # google-genai's `aio` side of the same client (its own async HTTP connections).
+        # google-genai's `aio` side of the same client. It keeps an aiohttp session per event
+        # loop itself; registered here so that a server's loop closes its session at its end.
+        client = _client_for(request)
+        aio = loop_client((GEMINI, id(client)), lambda: client.aio)
         chunks = _Chunks(request)
-        response = await _client_for(request).aio.models.generate_content_stream(
+        response = await aio.models.generate_content_stream(
             model=request.model,
             contents=to_wire_contents(request.messages),
             config=_generate_config(request),
@@ -209,9 +214,11 @@ class GeminiProvider:
                 status = 401
             keys = "GOOGLE_API_KEY (or GEMINI_API_KEY)"
             return status_error("gemini", model, status, detail, keys), None
-        if isinstance(exc, httpx2.TimeoutException):
+        # The sync client is httpx2's; the async one aiohttp's (google-genai's choice when
+        # aiohttp is installed, as it is for the other SDKs: llm.openai_adapter).
+        if isinstance(exc, httpx2.TimeoutException | TimeoutError):
             return ModelUnavailable(f"gemini {model!r}: the request timed out"), None
-        if isinstance(exc, httpx2.TransportError):
+        if isinstance(exc, httpx2.TransportError | aiohttp.ClientError):
             return ModelUnavailable(
                 f"gemini {model!r}: connection failed ({type(exc).__name__})"
             ), None

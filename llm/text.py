@@ -163,6 +163,12 @@ def _jieba():
     return jieba
 
 
+def segmenter_load() -> None:
+    """Load jieba's dictionary now: otherwise the first Chinese text a process reads waits
+    for it (about 0.6 s)."""
+    _jieba().initialize()
+
+
 def tokenize(text: str, *, search: bool = False) -> list[str]:
     """Words in order, repeats kept (for term frequency): Chinese segmented by jieba, English
     lower-cased and Snowball-stemmed; stopwords, punctuation and numbers-only dropped.

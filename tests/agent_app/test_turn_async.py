@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from agent_app.turn import Delta, Done, Failed, Started, turn_plan, turn_start
+from llm import loop_clients
 from sessions_app.models import ChatSession, Message
 
 # The async turn's database steps run in other threads: its rows must be committed to be seen.
@@ -39,7 +40,7 @@ def test_two_turns_stream_at_once_on_one_event_loop_and_are_stored(owner, fakes)
     async def both():
         return await asyncio.gather(read(first), read(second))
 
-    for events in asyncio.run(both()):
+    for events in loop_clients.run(both()):
         assert isinstance(events[0], Started) and isinstance(events[-1], Done)
         assert "".join(e.text for e in events if isinstance(e, Delta)) == ANSWER
         assert events[-1].reply == ANSWER
@@ -58,7 +59,7 @@ def test_a_model_down_is_a_failed_event_and_the_question_stays_stored(owner, fak
     for _ in range(4):
         fake.fake.reply(fake.error(503, "overloaded"), status=503)
     turn = start(owner, "Hello?")
-    events = asyncio.run(read(turn))
+    events = loop_clients.run(read(turn))
     assert isinstance(events[-1], Failed) and events[-1].kind == "model_unavailable"
     stored = list(turn.session.messages.values_list("role", flat=True))
     assert stored == [Message.Role.USER]
@@ -85,6 +86,6 @@ def test_a_turn_nobody_reads_to_the_end_is_still_run_and_stored(owner, fakes):
         assert isinstance(await events.__anext__(), Started)
         await turn.afinish()
 
-    asyncio.run(leave_early())
+    loop_clients.run(leave_early())
     assert turn.session.messages.last().content == ANSWER
     assert ChatSession.objects.get(pk=turn.session.pk).turn_claim == ""

@@ -287,3 +287,14 @@ def test_healthz_is_answered_before_django(served):
     assert (
         server.request("GET", "/accounts/login/", headers={"Host": "10.1.2.3:8000"}).status == 400
     )
+
+
+@pytest.mark.parametrize("served", [{"ETHAN_LOG_LEVEL": "INFO"}], indirect=True)
+def test_the_server_loads_the_models_sdk_before_it_takes_requests(served):
+    """The first turn of each process does not wait for the SDK's import or jieba's
+    dictionary (over a second together): both are loaded at startup, before uvicorn says the
+    application is up."""
+    server, _ = served
+    log = server.log()
+    loaded = log.find("loaded ahead of the first turn: the openai SDK and jieba's dictionary")
+    assert 0 <= loaded < log.index("Application startup complete")

@@ -6,14 +6,13 @@ a body that ends early."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import openai
 import pytest
 
 import llm
-from llm import ModelRequestError, ModelUnavailable, StreamEnd, TextDelta
+from llm import ModelRequestError, ModelUnavailable, StreamEnd, TextDelta, loop_clients
 from llm.openai_adapter import OpenAIProvider, _ServerSentEvents
 from llm.provider import Request
 from llm.types import Message
@@ -68,7 +67,7 @@ def ours(way: str) -> list:
     async def read() -> list:
         return [event async for event in llm.astream(**asked)]
 
-    return asyncio.run(read())
+    return loop_clients.run(read())
 
 
 def answer(events: list) -> tuple[list[str], str, str, tuple[int, int]]:
@@ -163,12 +162,12 @@ def test_a_line_cut_at_any_byte_gives_the_same_payloads():
     several `data:` lines must not end at one)."""
     several_lines = BODIES["several data lines in one event"][0]
     body = b"".join(crlf([several_lines, *text_frames("你好")[1:], KEEP_ALIVE[0], DONE]))
-    whole = _ServerSentEvents().feed(body)
+    whole = list(_ServerSentEvents().feed(body))
     contents = [[choice["delta"].get("content") for choice in p["choices"]] for p in whole]
     assert contents == [["a"], ["你好"], [None], []]
     for at in range(1, len(body)):
         events = _ServerSentEvents()
-        assert events.feed(body[:at]) + events.feed(body[at:]) == whole, at
+        assert [*events.feed(body[:at]), *events.feed(body[at:])] == whole, at
         assert events.done
 
 
@@ -219,7 +218,10 @@ def test_an_error_payload_raises_the_sdks_error(fake, error, event):
         async for _event in OpenAIProvider().astream(request):
             pass
 
-    for read in (lambda: list(OpenAIProvider().stream(request)), lambda: asyncio.run(read_async())):
+    for read in (
+        lambda: list(OpenAIProvider().stream(request)),
+        lambda: loop_clients.run(read_async()),
+    ):
         fake.reply(frames)
         with pytest.raises(openai.APIError) as raised:
             read()
@@ -242,6 +244,26 @@ def test_an_error_payload_after_the_first_delta_is_the_error_it_was(fake, way):
         f"openai {MODEL!r}: error in the stream: overloaded "
         "(the stream broke after it started; not retried)"
     )
+
+
+@pytest.mark.parametrize("way", ["stream", "astream"])
+def test_text_and_an_error_in_one_read_give_the_text_then_the_error(fake, way):
+    # One write: a transport may hand the text and the error after it over in one read.
+    fake.reply([b"".join([*text_frames("half", " more")[:3], sse(ERRORS["a message"]), DONE])])
+    seen: list[str] = []
+    asked = {"model": MODEL, "messages": [Message.user("hi")]}
+
+    async def read_async() -> None:
+        async for event in llm.astream(**asked):
+            seen.append(event.text)
+
+    with pytest.raises(ModelUnavailable, match=r"overloaded .*not retried"):
+        if way == "stream":
+            seen.extend(event.text for event in llm.stream(**asked))
+        else:
+            loop_clients.run(read_async())
+    assert seen == ["half", " more"]
+    assert len(fake.requests) == 1
 
 
 @pytest.mark.parametrize("way", ["stream", "astream"])

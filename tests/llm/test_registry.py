@@ -102,3 +102,30 @@ def test_offline_work_never_imports_an_sdk():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "none"
+
+
+@pytest.mark.parametrize(
+    ("model", "sdk"), [("gpt-4o", "openai"), ("claude-sonnet-4-6", "anthropic"), ("offline", None)]
+)
+def test_preload_loads_the_models_sdk_and_jieba_before_any_call(model, sdk):
+    """What a server does before its first request (ethan_site.asgi): the SDK of the model's
+    provider and jieba's dictionary are loaded, and nothing is asked of any model."""
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        import llm
+
+        before = [name for name in ("openai", "anthropic") if name in sys.modules]
+        print(llm.preload({model!r}))
+        import jieba
+        loaded = [name for name in ("openai", "anthropic") if name in sys.modules]
+        print(before, loaded, jieba.dt.initialized)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    provider, loaded = result.stdout.strip().splitlines()
+    assert provider == (sdk or "offline")
+    assert loaded == f"[] {[sdk] if sdk else []} True"
