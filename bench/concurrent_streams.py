@@ -906,6 +906,7 @@ def measure_database(database: str, args) -> dict:
     raise_open_files()
     servers = SERVERS if args.server == "both" else (args.server,)
     levels = [(level, arrival) for level in args.levels for arrival in arrivals_of(args)]
+    turns_cap = max(2_000, 2 * max(args.levels, default=0))
     model = ModelProcess(
         first_chunk_ms=args.first_chunk_ms,
         chunk_ms=args.chunk_ms,
@@ -916,7 +917,6 @@ def measure_database(database: str, args) -> dict:
     plan = [("single streams", None)] if args.single else []
     plan += [(f"{level:,} {arrival}", (level, arrival)) for level, arrival in levels]
     offset = DATABASES.index(database)
-    turns_cap = max(2_000, 2 * max(args.levels))
     try:
         alone = []
         if args.model_check:
@@ -943,7 +943,7 @@ def measure_database(database: str, args) -> dict:
             from bench.common import database_label
 
             label = database_label()
-            tokens = people_tokens(max(args.levels))
+            tokens = people_tokens(max(args.levels, default=1))
             load = cpu_note()
             numbers = itertools.count(1)
             single: dict[str, dict] = {}
@@ -1093,6 +1093,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.levels, args.timeout, args.single = (5,), 20.0, 2
         args.first_chunk_ms, args.chunk_ms, args.stream_seconds = 200.0, 100.0, 1.0
+    if not args.levels and not args.single:
+        parser.error("nothing to measure: give --levels, --single, or both")
     return run_per_database(
         module="bench.concurrent_streams",
         argv=argv,

@@ -14,6 +14,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bench import concurrent_streams
 from bench.common import ROOT
 from bench.concurrent_streams import ModelProcess, added_ms, server_order, storage_check
@@ -93,6 +95,13 @@ def test_the_servers_take_turns_going_first():
         ("gunicorn", "asgi"),
     ]
     assert server_order(1, ("asgi",)) == ("asgi",)
+
+
+def test_a_run_with_nothing_to_measure_is_refused_before_anything_starts(capsys):
+    with pytest.raises(SystemExit) as refused:
+        concurrent_streams.main(["--levels", "", "--single", "0", "--no-record"])
+    assert refused.value.code == 2
+    assert "nothing to measure: give --levels, --single, or both" in capsys.readouterr().err
 
 
 def test_the_quick_bench_runs_against_both_servers(tmp_path):
