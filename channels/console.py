@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -196,7 +196,22 @@ class TerminalClosed(Exception):
 
 
 def _hang_up(signum: int, frame: object) -> None:
+    # While prompt_toolkit waits for a line its event loop runs in this thread: raised inside
+    # one of the loop's callbacks (a redraw, a key read), the exception was the loop's, which
+    # prompt_toolkit shows as "Press ENTER to continue..." to a terminal nobody reads, and the
+    # console hung there, its conversation never remembered. The prompt is ended through its
+    # loop instead (call_soon_threadsafe is safe in a signal handler), and raises it there.
+    current = sys.modules.get("prompt_toolkit.application.current")  # no terminal: not loaded
+    app = current.get_app_or_none() if current is not None else None
+    if app is not None and app.is_running and app.loop is not None:
+        app.loop.call_soon_threadsafe(_prompt_end, app)
+        return
     raise TerminalClosed
+
+
+def _prompt_end(app: Any) -> None:
+    if not app.is_done:
+        app.exit(exception=TerminalClosed())
 
 
 @dataclass

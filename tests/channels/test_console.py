@@ -200,3 +200,32 @@ def test_an_interrupted_reply_is_kept_as_shown_and_reaches_the_next_context(owne
         ("assistant", "Once upon a"),
         ("user", "go on"),
     ]
+
+
+# A thread's timeout: the old failure waited for ENTER, and swallowed pytest-timeout's signal.
+@pytest.mark.timeout(30, method="thread")
+def test_a_hang_up_inside_the_prompts_event_loop_ends_the_prompt():
+    """A SIGHUP that lands while prompt_toolkit's loop runs one of its callbacks ends the
+    prompt with TerminalClosed, so the console ends as /exit does; raised inside the callback,
+    it was the loop's error, and prompt_toolkit waited for ENTER on a closed terminal."""
+    import asyncio
+    import signal
+
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from channels.console import TerminalClosed, _hang_up
+
+    previous = signal.signal(signal.SIGHUP, _hang_up)
+    try:
+        with create_pipe_input() as pipe:
+
+            def hang_up_in_a_callback() -> None:
+                asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGHUP)
+
+            session = PromptSession(input=pipe, output=DummyOutput())
+            with pytest.raises(TerminalClosed):
+                session.prompt("> ", pre_run=hang_up_in_a_callback)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
