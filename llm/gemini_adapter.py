@@ -166,13 +166,17 @@ class _Chunks:
         )
 
 
-def _client_for(request: Request) -> genai.Client:
+def _client_args(request: Request) -> tuple[str, str | None, float]:
     settings = config.current()
-    return _client(
+    return (
         config.api_key(GEMINI, request.model, settings.env),
         config.base_url(GEMINI, settings.env),
         request.timeout,
     )
+
+
+def _client_for(request: Request) -> genai.Client:
+    return _client(*_client_args(request))
 
 
 class GeminiProvider:
@@ -192,8 +196,9 @@ class GeminiProvider:
     async def astream(self, request: Request) -> AsyncIterator[StreamEvent]:
         # google-genai's `aio` side of the same client. It keeps an aiohttp session per event
         # loop itself; registered here so that a server's loop closes its session at its end.
-        client = _client_for(request)
-        aio = loop_client((GEMINI, id(client)), lambda: client.aio)
+        # Keyed by its settings, as _client is (an id could be a dropped client's, reused).
+        args = _client_args(request)
+        aio = loop_client((GEMINI, *args), lambda: _client(*args).aio)
         chunks = _Chunks(request)
         response = await aio.models.generate_content_stream(
             model=request.model,
