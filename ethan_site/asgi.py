@@ -24,17 +24,30 @@ from ethan_site.config import settings_or_exit
 log = logging.getLogger(__name__)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
-# The server's threads (Django's below, the loop's pool, /healthz's) live as long as it does:
-# on SQLite each keeps its connection (ethan_site.settings), where a new one at every step of
-# every turn was the cost of its PRAGMAs and SQL functions each time.
-os.environ.setdefault("ETHAN_SQLITE_KEEP_SECONDS", "60")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
 django.setup(set_prefix=False)
 
 # Imported once Django is set up: they use its settings and models.
 from django.conf import settings  # noqa: E402
+from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
+
+
+def _threads_keep_connections() -> None:
+    """The server's threads (Django's below, the loop's pool, /healthz's) live as long as it
+    does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS, where a new one at
+    every step of every turn cost its PRAGMAs and SQL functions each time (10% of a process's
+    CPU under 300 streams, bench.concurrent_streams). Set on the connections' own settings,
+    which each thread's connection reads when it opens: `ethan serve` in one process has read
+    the settings before it imports this module, so an environment default set here came too
+    late for it."""
+    database = connections.settings["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS
+
+
+_threads_keep_connections()
 
 # Threads for Django's synchronous parts of a request (its signals, the middleware's hooks, a
 # synchronous view): a few that live as long as the process, each running one call at a time.

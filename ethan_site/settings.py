@@ -156,13 +156,11 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # The console, the web process and the embedded tasks share one file. IMMEDIATE takes the
     # write lock when a transaction starts, so two writers queue up (up to `timeout` seconds)
     # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
-    # readers go on while one writes. A thread keeps its connection for
-    # ETHAN_SQLITE_KEEP_SECONDS (CONN_MAX_AGE): ethan_site.asgi makes it 60, as the server's
-    # threads live as long as it does and opening one at every step of a turn (its PRAGMAs,
-    # Django's SQL functions) was 14% of the server's CPU under 300 streams
-    # (bench.concurrent_streams). Elsewhere 0, each piece of work opening its own: kept
-    # everywhere, the console's Ctrl-C tests failed in full test runs.
-    _database["CONN_MAX_AGE"] = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 0)
+    # readers go on while one writes. Each piece of work opens its own connection (CONN_MAX_AGE
+    # 0: the console, the tasks, the tests); the server's threads keep theirs
+    # ETHAN_SQLITE_KEEP_SECONDS (ethan_site.asgi): kept everywhere, the console's Ctrl-C tests
+    # failed in full test runs.
+    _database["CONN_MAX_AGE"] = 0
     _database["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 20,
@@ -319,6 +317,8 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
 ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
 ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
+# How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
+ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its
 # processes (set it yourself to run ethan_site.asgi under another server's several workers).
 # The kernel gives each connection to any of them, so with more than one /mcp is stateless:

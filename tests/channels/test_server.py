@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import signal
 import sqlite3
 import threading
@@ -298,3 +299,35 @@ def test_the_server_loads_the_models_sdk_before_it_takes_requests(served):
     log = server.log()
     loaded = log.find("loaded ahead of the first turn: the openai SDK and jieba's dictionary")
     assert 0 <= loaded < log.index("Application startup complete")
+
+
+def _database_files_open(server) -> int:
+    """How many times the server process has its SQLite database open: one per connection."""
+    database = str(server.home / "ethan.sqlite3")
+    fds = Path(f"/proc/{server.process.pid}/fd")
+    return sum(1 for fd in fds.iterdir() if os.path.realpath(fd) == database)
+
+
+@pytest.mark.parametrize(
+    "served, kept",
+    [({}, True), ({"ETHAN_SQLITE_KEEP_SECONDS": "0"}, False)],
+    indirect=["served"],
+)
+def test_the_servers_threads_keep_their_database_connections(served, kept, paced_openai):
+    """On SQLite the server's threads keep their connections (ETHAN_SQLITE_KEEP_SECONDS, 60),
+    `ethan serve` in one process too, which has read the settings before it imports the
+    application: after a turn and a probe the connections that served them are still open,
+    rather than one opened and closed at every step of every turn. At 0, none is kept."""
+    server, token = served
+    paced_openai.reply(paced_openai.text("Yes."))
+    status, _, answer = _post_chat(server, token, "Still there?")
+    assert (status, answer["reply"]) == (200, "Yes.")
+    assert server.request("GET", "/healthz").status == 200
+    deadline = time.monotonic() + 10
+    while _database_files_open(server) != 0 and not kept and time.monotonic() < deadline:
+        time.sleep(0.1)  # the turn's last steps end just after its answer
+    if kept:
+        # The probe's thread's, and those of the threads that served the turn.
+        assert _database_files_open(server) >= 2
+    else:
+        assert _database_files_open(server) == 0
