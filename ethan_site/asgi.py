@@ -9,6 +9,7 @@ shutdown, lets the turns still running finish for up to ETHAN_DRAIN_SECONDS (cha
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import logging
 import os
@@ -150,6 +151,7 @@ class Doors:
                 # Before the first request: what a process's first turn would load otherwise
                 # (the model's SDK, jieba's dictionary), over a second, in each process.
                 await asyncio.to_thread(_preload)
+                _startup_heap_freeze()
                 TURNS.admitting()
             elif message["type"] == "lifespan.shutdown":
                 self.stop()
@@ -173,6 +175,15 @@ def _preload() -> None:
         provider,
         time.monotonic() - started,
     )
+
+
+def _startup_heap_freeze() -> None:
+    """What the process loaded to start (Django, the apps, the model's SDK, jieba's dictionary:
+    about 240,000 objects) lives as long as it does: kept out of the garbage collector's passes
+    (gc.freeze), each full pass over it stopped the event loop, every stream with it, for about
+    120 ms. Objects made from here on are collected as ever."""
+    gc.freeze()
+    log.info("%d objects loaded at startup left out of garbage collection", gc.get_freeze_count())
 
 
 application = Doors()
