@@ -12,7 +12,7 @@ import httpx2
 
 from llm import config
 from llm.errors import ModelError, ModelUnavailable
-from llm.loop_clients import loop_client
+from llm.loop_clients import aiohttp_client
 from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import ANTHROPIC
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
@@ -24,16 +24,8 @@ def _client(api_key: str, base_url: str | None, timeout: float) -> anthropic.Ant
 
 
 def _async_client(api_key: str, base_url: str | None, timeout: float) -> anthropic.AsyncAnthropic:
-    # aiohttp as its transport, as for OpenAI (llm.openai_adapter._async_client).
-    return loop_client(
-        (ANTHROPIC, api_key, base_url, timeout),
-        lambda: anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=timeout,
-            http_client=anthropic.DefaultAioHttpClient(timeout=timeout),
-        ),
+    return aiohttp_client(
+        anthropic, "AsyncAnthropic", api_key=api_key, base_url=base_url, timeout=timeout
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine, Hashable
+from types import ModuleType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -30,6 +31,27 @@ def loop_client(key: Hashable, make: Callable[[], T]) -> T:
     if client is None:
         client = clients[key] = make()
     return client
+
+
+def aiohttp_client(
+    sdk: ModuleType, name: str, *, api_key: str, base_url: str | None, timeout: float
+):
+    """The running loop's `sdk.<name>` (openai's AsyncOpenAI, anthropic's AsyncAnthropic: the
+    two SDKs' async clients take the same arguments) on aiohttp, the SDK's DefaultAioHttpClient,
+    its documented choice for many requests at once: reading a stream costs less than half the
+    CPU of the default httpx2 transport, whose HTTP parsing is pure Python
+    (bench.chunk_reading). Retries are ours (llm.retry), the same for every provider: the SDK's
+    are switched off."""
+    return loop_client(
+        (sdk.__name__, api_key, base_url, timeout),
+        lambda: getattr(sdk, name)(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=0,
+            timeout=timeout,
+            http_client=sdk.DefaultAioHttpClient(timeout=timeout),
+        ),
+    )
 
 
 async def aclose() -> None:

@@ -19,7 +19,7 @@ import openai
 
 from llm import config
 from llm.errors import ModelError, ModelRequestError, ModelUnavailable
-from llm.loop_clients import loop_client
+from llm.loop_clients import aiohttp_client
 from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import OPENAI, wire_model_name
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
@@ -32,18 +32,8 @@ def _client(api_key: str, base_url: str | None, timeout: float) -> openai.OpenAI
 
 
 def _async_client(api_key: str, base_url: str | None, timeout: float) -> openai.AsyncOpenAI:
-    # aiohttp as its transport (the SDK's DefaultAioHttpClient, its documented choice for
-    # many requests at once): reading a stream costs less than half the CPU of the default
-    # httpx2 transport, whose HTTP parsing is pure Python (bench.chunk_reading).
-    return loop_client(
-        (OPENAI, api_key, base_url, timeout),
-        lambda: openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            max_retries=0,
-            timeout=timeout,
-            http_client=openai.DefaultAioHttpClient(timeout=timeout),
-        ),
+    return aiohttp_client(
+        openai, "AsyncOpenAI", api_key=api_key, base_url=base_url, timeout=timeout
     )
 
 
