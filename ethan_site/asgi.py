@@ -34,22 +34,6 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-
-def _threads_keep_connections() -> None:
-    """The server's threads (Django's below, the loop's pool, /healthz's) live as long as it
-    does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS, where a new one at
-    every step of every turn cost its PRAGMAs and SQL functions each time (10% of a process's
-    CPU under 300 streams, bench.concurrent_streams). Set on the connections' own settings,
-    which each thread's connection reads when it opens: `ethan serve` in one process has read
-    the settings before it imports this module, so an environment default set here came too
-    late for it."""
-    database = connections.settings["default"]
-    if database["ENGINE"] == "django.db.backends.sqlite3":
-        database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS
-
-
-_threads_keep_connections()
-
 # Threads for Django's synchronous parts of a request (its signals, the middleware's hooks, a
 # synchronous view): a few that live as long as the process, each running one call at a time.
 DJANGO_THREADS = 8
@@ -152,12 +136,16 @@ class Doors:
                 # (the model's SDK, jieba's dictionary), over a second, in each process.
                 await asyncio.to_thread(_preload)
                 _startup_heap_freeze()
+                _threads_keep_connections(True)
                 TURNS.admitting()
             elif message["type"] == "lifespan.shutdown":
                 self.stop()
                 await TURNS.drain()
                 # The model clients' connections, closed with the loop they belong to.
                 await llm.aclose()
+                # As it was before the server started (for a process that goes on: a test's).
+                _threads_keep_connections(False)
+                gc.unfreeze()
             return message
 
         await self.mcp(scope, receive_then_drain, send)
@@ -175,6 +163,19 @@ def _preload() -> None:
         provider,
         time.monotonic() - started,
     )
+
+
+def _threads_keep_connections(serving: bool) -> None:
+    """While it serves, the server's threads (Django's, the loop's pool, /healthz's) live as
+    long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS, where a new
+    one at every step of every turn cost its PRAGMAs and SQL functions each time (10% of a
+    process's CPU under 300 streams, bench.concurrent_streams). Set on the connections' own
+    settings, which a thread's connection reads when it opens: `ethan serve` in one process
+    has read the settings before it starts the server."""
+    database = connections.settings["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # Else as ethan_site.settings has it: a connection for each piece of work.
+        database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS if serving else 0
 
 
 def _startup_heap_freeze() -> None:
