@@ -141,8 +141,12 @@ def prefer_time(
     return moved
 
 
-def _tsquery(terms: list[str]) -> str:
-    return " | ".join("'" + term.replace("'", "''").replace("\\", "") + "'" for term in terms)
+def match_parameter(terms: list[str]) -> str:
+    """The one parameter through which matching() hands `terms` to PostgreSQL (a tsquery) or
+    SQLite (an FTS5 MATCH); the rest of its SQL is the same whatever the terms."""
+    if connection.vendor == "postgresql":
+        return " | ".join("'" + term.replace("'", "''").replace("\\", "") + "'" for term in terms)
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
 def matching(queryset: QuerySet, terms: list[str], *, walk: bool = False) -> QuerySet:
@@ -165,15 +169,17 @@ def matching(queryset: QuerySet, terms: list[str], *, walk: bool = False) -> Que
         return queryset.filter(
             RawSQL(
                 f"{vector} @@ to_tsquery('simple', %s)",
-                [_tsquery(terms)],
+                [match_parameter(terms)],
                 output_field=BooleanField(),
             )
         )
     if connection.vendor == "sqlite":
         table = queryset.model._meta.db_table
-        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
         return queryset.filter(
-            pk__in=RawSQL(f"SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH %s", [match])
+            pk__in=RawSQL(
+                f"SELECT rowid FROM {table}_fts WHERE {table}_fts MATCH %s",
+                [match_parameter(terms)],
+            )
         )
     condition = Q()
     for term in terms:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from agent_app.memory_search import memory_search
-from memory_app.selectors import facts_for_injection, facts_search
+from memory_app.selectors import (
+    _FIELDS,
+    _ranked_rows,
+    _RankedRows,
+    facts_for_injection,
+    facts_search,
+)
 from memory_app.services import fact_write
 from sessions_app.search import bm25, query_terms, search_tokens
 from sessions_app.selectors import messages_search
@@ -57,6 +63,31 @@ def test_relevance_lifts_the_matching_fact_in_both_languages(owner, store, text,
     # The rest keep the design's order.
     rest = [f for f in facts_for_injection(owner=owner, limit=5, mode="seed") if f.content != first]
     assert injected[1:] == rest[:2]
+
+
+def test_the_compiled_relevance_statement_reads_what_the_orm_would_for_each_owner(
+    owner, other_owner, store
+):
+    """The relevance statement is compiled once per connection and run with each turn's owner
+    and terms: it reads exactly the rows the ORM's own statement reads (dates and numbers
+    converted the same way), one owner's facts only, whichever owner compiled it."""
+    ranked = _RankedRows.of(3)
+    assert ranked.compiler is not None  # compiled once, not built again for every turn
+    assert _RankedRows.of(3) is ranked
+    others = [
+        fact(other_owner, "用户喜欢喝美式咖啡和茶", 0.7),
+        fact(other_owner, "The user's brother lives in Lisbon", 0.8),
+    ]
+    for person in (owner, other_owner):
+        for text in ("推荐一家咖啡店", "my sister in Lisbon", "杭州的后端开发"):
+            terms = query_terms(text)
+            rows = ranked.rows(owner_id=person.pk, terms=terms)
+            assert rows == list(_ranked_rows(owner_id=person.pk, terms=terms, limit=3))
+            assert rows  # the seed list at least
+            assert all(row[_FIELDS.index("owner_id")] == person.pk for row in rows)
+    lisbon = facts_for_injection(owner=other_owner, limit=3, text="Lisbon", mode="relevance")
+    assert lisbon[0].content == "The user's brother lives in Lisbon"
+    assert lisbon[0].created_at == others[1].created_at  # a datetime, as the ORM reads it
 
 
 def test_seed_mode_ignores_the_message(owner, store, settings):
