@@ -131,8 +131,8 @@ class _RankedRows:
     """_ranked_rows' statement, built and compiled by the ORM once per database connection
     (a thread's: its converters are that connection's) for each limit and tuning, then run
     with each turn's parameters. Every turn runs it, and building and compiling it took most
-    of its time: 1.7 ms less a turn on SQLite and on PostgreSQL, at 0, 20 and 200 facts
-    (0.5 against 2.2 ms on SQLite at 20, 1.1 against 2.7 ms on PostgreSQL). Only two kinds of
+    of its time: at least 1.6 ms less a turn on SQLite and on PostgreSQL, at 0, 20 and 200
+    facts (docs/benchmarks.md, the notes after the last "Concurrent streams"). Only two kinds of
     parameter change from one turn to the next, found by compiling with markers in their
     place: the owner's id, wherever the statement names it, and matching()'s one parameter,
     the terms."""
