@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
+import threading
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -140,7 +140,9 @@ class _RankedRows:
     OWNER = -7_340_017_293  # no user has this id
     TERM = "zqxethanmarkerzqx"
 
-    _compiled: WeakKeyDictionary = WeakKeyDictionary()
+    # Each thread's own: a compiled statement holds its thread's connection, and goes with the
+    # thread.
+    _compiled = threading.local()
 
     def __init__(self, limit: int, connection: BaseDatabaseWrapper):
         self.limit = limit
@@ -166,11 +168,12 @@ class _RankedRows:
     @classmethod
     def of(cls, limit: int) -> _RankedRows:
         connection = connections[Fact.objects.db]
-        compiled = cls._compiled.setdefault(connection, {})
+        compiled = cls._compiled.__dict__.setdefault("statements", {})
         key = (limit, search.TUNING.context_weight)  # a parameter, set by the tuning
-        if key not in compiled:
-            compiled[key] = cls(limit, connection)
-        return compiled[key]
+        ranked = compiled.get(key)
+        if ranked is None or ranked.connection is not connection:
+            ranked = compiled[key] = cls(limit, connection)
+        return ranked
 
     def rows(self, *, owner_id: int, terms: list[str]) -> list[tuple]:
         if self.compiler is None:
