@@ -174,8 +174,16 @@ def _threads_keep_connections(serving: bool) -> None:
     has read the settings before it starts the server."""
     database = connections.settings["default"]
     if database["ENGINE"] == "django.db.backends.sqlite3":
-        # Else as ethan_site.settings has it: a connection for each piece of work.
-        database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS if serving else 0
+        if serving:
+            _unserved["CONN_MAX_AGE"] = database["CONN_MAX_AGE"]
+            database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS
+        elif "CONN_MAX_AGE" in _unserved:
+            # Back to what ethan_site.settings has for every other process.
+            database["CONN_MAX_AGE"] = _unserved.pop("CONN_MAX_AGE")
+
+
+# What serving changed, as it was before (_threads_keep_connections).
+_unserved: dict[str, object] = {}
 
 
 def _startup_heap_freeze() -> None:
