@@ -650,12 +650,21 @@ async def run_level(
     }
 
 
-async def run_single(*, clients: Clients, model: ModelProcess, count: int, workers: int) -> dict:
-    """`count` streams one after another, the endpoints alternating."""
+async def run_single(
+    *, clients: Clients, model: ModelProcess, count: int, workers: int, server_pgid: int
+) -> dict:
+    """`count` streams one after another, the endpoints alternating, and the server's CPU for
+    them: what one turn costs when nothing else runs (the levels' CPU against it is what
+    load adds)."""
     await warm_up(clients, workers)
     await model.records(clients.http)
+    cpu_before = process_group_cpu(server_pgid)
     streams = [await clients.stream(endpoint_of(i)) for i in range(count)]
-    return {"streams": [asdict(s) for s in streams], "model": await model.records(clients.http)}
+    return {
+        "streams": [asdict(s) for s in streams],
+        "model": await model.records(clients.http),
+        "server_cpu": process_group_cpu(server_pgid) - cpu_before,
+    }
 
 
 # --- what was stored -------------------------------------------------------------------------
@@ -819,11 +828,13 @@ def single_line(server: str, single: dict) -> str:
     b50, b95 = p50_p95(added["before"])
     f50, f95 = p50_p95(added["after"])
     completed = sum(1 for s in streams if s["done"])
+    cpu = single.get("server_cpu")
+    per_stream = f"; server CPU {cpu / len(streams) * 1000:.1f} ms a stream" if cpu else ""
     return (
         f"- Single streams, {server} ({len(streams)} one after another, endpoints alternating, "
         f"{completed} completed): added before the first delta p50 {ms(a50)} ms, p95 "
         f"{ms(a95)} ms (before the model {ms(b50)} / {ms(b95)} ms, after it {ms(f50)} / "
-        f"{ms(f95)} ms)."
+        f"{ms(f95)} ms){per_stream}."
     )
 
 
@@ -994,7 +1005,7 @@ def measure_server(
     stack.start_server(server)
     workers = args.workers if server == "gunicorn" else args.asgi_workers
     if level is None:
-        run, kwargs = run_single, {"count": args.single}
+        run, kwargs = run_single, {"count": args.single, "server_pgid": stack.web().pid}
     else:
         count, arrival = level
         run = run_level

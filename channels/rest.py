@@ -60,11 +60,11 @@ model_calls, tool_calls} or `error` {kind, detail, retryable, session_id}. A ref
 (400, 404, 409) is JSON, before any event."""
 
 
-async def _event_lines(events: AsyncIterator[TurnEvent]) -> AsyncIterator[str]:
+async def _event_lines(events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
     """The turn as Server-Sent Events, one per event."""
     async for event in events:
         payload = json.dumps(event_payload(event), ensure_ascii=False)
-        yield f"event: {event.name}\ndata: {payload}\n\n"
+        yield f"event: {event.name}\ndata: {payload}\n\n".encode()
 
 
 async def _json_answer(events: AsyncIterator[TurnEvent]) -> HttpResponse:

@@ -1,5 +1,6 @@
 """The web doors' turns: POST /api/chat and the OpenAI-compatible /v1 (included by
-ethan_site.urls), each an async view over a DRF view (channels.web.turn_view)."""
+ethan_site.urls), each a DRF view whose started turn is answered on the event loop
+(channels.web.turn_view)."""
 
 from django.urls import path
 

@@ -2,12 +2,13 @@
 request and starts the turn, then the answer is written without holding a thread while the
 model writes.
 
-A door's DRF view returns a TurnAnswer once its turn has started; `turn_view` turns that into
-the real answer. Under ASGI (ethan_site.asgi, `make serve`) the view runs in the loop's bounded
-thread pool and the turn on the event loop (channels.turns.consumed): one JSON answer, or
-Server-Sent Events as they come. Under WSGI (Django's test client, a WSGI server) the same door
-code runs in the request's thread with the turn's synchronous driver. A door writes its answer
-once, as async code that reads the turn's events and does its own database work through `io`.
+A door's DRF view returns a TurnAnswer once its turn has started, in place of the real answer.
+Under ASGI (ethan_site.asgi, `make serve`) the view runs in one of the server's threads and
+returns the TurnAnswer, which the server answers on the event loop, the turn running there
+(channels.turns.consumed): one JSON answer, or Server-Sent Events as they come. Under WSGI
+(Django's test client, a WSGI server) the same door code runs in the request's thread with the
+turn's synchronous driver. A door writes its answer once, as async code that reads the turn's
+events and does its own database work through `io`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import wraps
 from typing import Any
 
-from asgiref.sync import markcoroutinefunction, sync_to_async
-from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponse, StreamingHttpResponse
 
 from agent_app import turn_io
@@ -29,8 +28,11 @@ from channels.turns import consumed
 Through = Callable[[AsyncIterator[TurnEvent], turn_io.TurnIO], AsyncIterator[TurnEvent]]
 # A door's JSON answer: the events → the response.
 Answer = Callable[[AsyncIterator[TurnEvent]], Awaitable[HttpResponse]]
-# A door's stream: the events → the lines of its Server-Sent Events.
-Lines = Callable[[AsyncIterator[TurnEvent]], AsyncIterator[str]]
+# A door's stream: the events → the lines of its Server-Sent Events, as bytes.
+Lines = Callable[[AsyncIterator[TurnEvent]], AsyncIterator[bytes]]
+
+# A TurnAnswer's own headers, which say nothing of the answer that replaces it.
+BODY_HEADERS = ("content-type", "content-length")
 
 EVENT_STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -56,6 +58,17 @@ class TurnAnswer(HttpResponse):
         self.through = through
         self.answer_headers = headers or {}
 
+    async def answered(self) -> HttpResponse:
+        """The answer, on the loop, with what the middleware gave this stand-in on its way out
+        (their headers, such as X-Frame-Options and Vary, and cookies), but not the stand-in's
+        own body headers."""
+        response = await self.on_loop()
+        for name, value in self.items():
+            if name.lower() not in BODY_HEADERS and name not in response:
+                response[name] = value
+        response.cookies.update(self.cookies)
+        return response
+
     async def on_loop(self) -> HttpResponse:
         through = self.through
         events = consumed(
@@ -74,16 +87,23 @@ class TurnAnswer(HttpResponse):
         return self._headed(turn_io.run_unsuspended(self.answer(events)))
 
     def _stream(self, lines: Any) -> StreamingHttpResponse:
-        return self._headed(
-            StreamingHttpResponse(
-                lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS
-            )
-        )
+        return self._headed(EventStream(lines))
 
     def _headed(self, response: HttpResponse) -> HttpResponse:
         for name, value in self.answer_headers.items():
             response[name] = value
         return response
+
+
+class EventStream(StreamingHttpResponse):
+    """A turn's Server-Sent Events, each a line of bytes as the door wrote it. Under ASGI the
+    server's handler (ethan_site.asgi) sends `lines` straight to the client: the layers Django
+    puts around a streaming body (and its check of each piece's type) were a fifth of the
+    event loop's time with a thousand streams open."""
+
+    def __init__(self, lines: Any):
+        super().__init__(lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS)
+        self.lines = lines
 
 
 class _Finishing:
@@ -105,23 +125,16 @@ class _Finishing:
             pass
 
 
-def turn_view(view: Callable[..., HttpResponse]) -> Callable[..., Awaitable[HttpResponse]]:
-    """A door's DRF view (as_view()) as an async view whose TurnAnswer is answered on the event
-    loop under ASGI, or in the request's thread under WSGI."""
+def turn_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A door's DRF view (as_view()) whose TurnAnswer is answered on the event loop by the
+    server's handler (ethan_site.asgi, which marks its requests), or in the request's thread by
+    any other (a WSGI server, Django's test clients)."""
 
     @wraps(view)
-    async def door(request, *args: Any, **kwargs: Any) -> HttpResponse:
-        if isinstance(request, ASGIRequest):
-            # The loop's bounded pool, not a thread per request: at most that many database
-            # connections however many requests arrive at once.
-            response = await turn_io.ASYNC.db(view, request, *args, **kwargs)
-            if isinstance(response, TurnAnswer):
-                return await response.on_loop()
-            return response
-        response = await sync_to_async(view)(request, *args, **kwargs)
-        if isinstance(response, TurnAnswer):
-            return await sync_to_async(response.in_thread)()
+    def door(request, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if isinstance(response, TurnAnswer) and not getattr(request, "turn_on_loop", False):
+            return response.in_thread()
         return response
 
-    markcoroutinefunction(door)
     return door

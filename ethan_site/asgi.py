@@ -15,10 +15,15 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 
 import django
-from asgiref.sync import ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.utils.log import log_response
 
 from ethan_site.config import settings_or_exit
 
@@ -40,15 +45,24 @@ DJANGO_THREADS = 8
 
 
 class DjangoHandler(ASGIHandler):
-    """Django's ASGI handler, whose synchronous parts run on DJANGO_THREADS long-lived threads
-    taken in turn, where Django's own starts a new thread for every request: under a thousand
-    streams, starting them was a tenth of the event loop's time (bench.concurrent_streams'
-    profile), and each new thread opened a database connection of its own. A slow synchronous
-    view holds up the requests given the same thread; the turn's database steps run in the
-    loop's own pool (agent_app.turn_io), not here."""
+    """Django's ASGI handler, with the request's synchronous part in one call on a thread.
+
+    - The middleware and the view run as one synchronous call (the chain loaded as WSGI loads
+      it), where Django's own ASGI handler calls every middleware's hooks through a thread of
+      their own, about twenty hops between the loop and a thread for one request: three
+      tenths of a turn's CPU in a process (bench.concurrent_streams, single streams).
+    - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
+      written here, on the loop, so no thread waits while the model writes.
+    - A turn's Server-Sent Events (channels.web.EventStream) are sent as the door writes them.
+    - The threads are DJANGO_THREADS long-lived ones taken in turn, where Django's own handler
+      starts a new thread for every request: under a thousand streams, starting them was a
+      tenth of the event loop's time, and each new thread opened a database connection of its
+      own. A slow synchronous view holds up the requests given the same thread; the turn's
+      database steps run in the loop's own pool (agent_app.turn_io), not here."""
 
     def __init__(self) -> None:
-        super().__init__()
+        BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
         self.threads = itertools.cycle(
             [
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-{number}")
@@ -62,12 +76,48 @@ class DjangoHandler(ASGIHandler):
         async with ThreadSensitiveContext(executor=next(self.threads)):
             await self.handle(scope, receive, send)
 
+    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
+        request.turn_on_loop = True  # channels.web.turn_view: answered below
+        response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
+        if isinstance(response, TurnAnswer):
+            response = await response.answered()
+            if response.status_code >= 400:  # get_response logged the TurnAnswer's 202
+                log_response(
+                    "%s: %s",
+                    response.reason_phrase,
+                    request.path,
+                    response=response,
+                    request=request,
+                )
+        response._handler_class = self.__class__
+        return response
+
+    async def send_response(self, response: HttpResponseBase, send: Send) -> None:
+        if not isinstance(response, EventStream) or not response.is_async:
+            await super().send_response(response, send)
+            return
+        headers = [
+            (name.encode("ascii"), value.encode("latin1")) for name, value in response.items()
+        ]
+        headers += [
+            (b"Set-Cookie", cookie.output(header="").encode("ascii").strip())
+            for cookie in response.cookies.values()
+        ]
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        async with aclosing(response.lines) as lines:
+            async for line in lines:
+                await send({"type": "http.response.body", "body": line, "more_body": True})
+        await send({"type": "http.response.body"})
+
 
 django_application = DjangoHandler()
 
 import llm  # noqa: E402
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
+from channels.web import EventStream, TurnAnswer  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 
 MCP_PATH = "/mcp"

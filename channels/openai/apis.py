@@ -224,7 +224,7 @@ class _Chunks:
         self.created = int(time.time())
         self.label = ""
 
-    def _chunk(self, delta: dict, finish_reason: str | None = None) -> str:
+    def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
         body = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -239,7 +239,7 @@ class _Chunks:
             body["usage"] = None  # as OpenAI sends it: only the last chunk carries usage
         return _data(body)
 
-    async def lines(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[str]:
+    async def lines(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
         async for event in events:
             if isinstance(event, Started):
                 self.label = self.name.label(event.model)
@@ -260,7 +260,7 @@ class _Chunks:
                             "usage": _usage(event),
                         }
                     )
-                yield "data: [DONE]\n\n"
+                yield b"data: [DONE]\n\n"
             elif isinstance(event, Failed):
                 yield _data(_failure(event)[1])
                 return
@@ -304,8 +304,8 @@ async def _completion(events: AsyncIterator[TurnEvent], name: ModelName) -> Http
     raise RuntimeError("a turn ended without done or error")
 
 
-def _data(body: dict) -> str:
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+def _data(body: dict) -> bytes:
+    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
 
 class ChatCompletionsApi(OpenAIView):

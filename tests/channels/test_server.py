@@ -124,6 +124,35 @@ def test_every_door_is_on_one_port(served, paced_openai):
     assert page.status == 302 and "/accounts/login/" in page.headers["location"]
 
 
+def test_a_turns_answer_carries_what_the_middleware_added(served, paced_openai):
+    """The view returns a stand-in for its started turn, which goes out through the middleware;
+    the answer the server writes on the loop carries what they added (X-Frame-Options, the
+    security headers, Vary), with its own Content-Type, streamed or not."""
+    server, token = served
+    paced_openai.reply(paced_openai.text("Yes."))
+    status, headers, answer = _post_chat(server, token, "Hello?")
+    assert (status, answer["reply"]) == (200, "Yes.")
+    assert headers["Content-Type"] == "application/json"
+    assert headers["X-Frame-Options"] == "DENY"
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert "Content-Length" not in headers or int(headers["Content-Length"]) > 0
+
+    paced_openai.reply(paced_openai.text("Streamed."))
+    streamed = server.request(
+        "POST",
+        "/api/chat",
+        body=json.dumps({"message": "And streamed?", "stream": True}),
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
+    assert streamed.status == 200
+    assert streamed.headers["Content-Type"] == "text/event-stream"
+    assert streamed.headers["X-Frame-Options"] == "DENY"
+    assert streamed.headers["Cache-Control"] == "no-cache"
+    events = [line for line in streamed.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "event: started" and events[-1] == "event: done"
+    assert "Streamed." in streamed.text
+
+
 def test_many_streams_at_once_on_one_process(served, paced_openai):
     """40 replies written at once, each about 2 s long, by one process: every one completes
     and is stored once, and /healthz answers while they are open."""

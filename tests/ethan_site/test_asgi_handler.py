@@ -1,0 +1,72 @@
+"""The server's Django handler (ethan_site.asgi.DjangoHandler) runs a request's middleware and
+view as one call on a thread, not a hop to a thread and back for each middleware's hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from asgiref import sync
+
+from ethan_site.asgi import django_application
+
+
+def _call(path: str, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One GET through the handler, as an ASGI server calls it."""
+    sent: list[dict] = []
+    asked = False
+
+    async def receive() -> dict:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.Event().wait()  # the client stays: no disconnect
+        raise AssertionError
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    asyncio.run(django_application(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], dict(start["headers"]), body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_goes_to_a_thread_three_times_not_once_per_middleware(monkeypatch, owner):
+    """request_started's receivers, the middleware with the view, and the response's close:
+    three calls into a thread. Django's own ASGI handler makes about twenty for the same
+    request (each middleware's process_request and process_response)."""
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=owner).key
+    calls: list[str] = []
+    original = sync.SyncToAsync.__call__
+
+    async def counted(self, *args, **kwargs):
+        calls.append(getattr(self.func, "__qualname__", repr(self.func)))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
+    status, headers, body = _call("/api/facts", {"Authorization": f"Token {token}"})
+    assert status == 200, body
+    assert isinstance(json.loads(body), dict | list)
+    # The middleware ran: their headers are on the answer.
+    assert headers[b"X-Frame-Options"] == b"DENY"
+    assert len(calls) <= 3, calls
