@@ -388,9 +388,13 @@ class Stream:
 
 @dataclass
 class Clients:
-    """The run's HTTP clients: httpx2 for /api/chat, /healthz and the model's records, the
-    openai SDK for /v1. No pool limit, no keep-alive (gunicorn's sync workers close every
-    connection anyway), no retry."""
+    """The run's HTTP clients: aiohttp for /api/chat, the openai SDK for /v1 on aiohttp (its
+    DefaultAioHttpClient), httpx2 for /healthz and the model's records. No pool limit, no
+    keep-alive (gunicorn's sync workers close every connection anyway), no retry.
+
+    The clients share the server's two cores, so what they cost is taken from the server: on
+    aiohttp (a parser in C) and uvloop (main's loop) they read a stream for about half the
+    CPU of httpx2's pure-Python HTTP ("model alone" in the report says how much they used)."""
 
     base_url: str
     tokens: list[str]  # stream n is the person of tokens[n % len(tokens)]
@@ -400,22 +404,33 @@ class Clients:
     straight: bool = False
 
     async def __aenter__(self) -> Clients:
+        import aiohttp
         import httpx2
-        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+        from openai import AsyncOpenAI, DefaultAioHttpClient
 
         limits = httpx2.Limits(max_connections=None, max_keepalive_connections=0)
         timeout = httpx2.Timeout(self.timeout + 30, connect=self.timeout + 30)
         self.http = httpx2.AsyncClient(limits=limits, timeout=timeout)
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, force_close=True),
+            timeout=aiohttp.ClientTimeout(total=self.timeout + 30),
+        )
         self.openai = AsyncOpenAI(
             base_url=f"{self.base_url}/v1",
             api_key=self.tokens[0],
             max_retries=0,
-            http_client=DefaultAsyncHttpxClient(limits=limits, timeout=timeout),
+            # Its aiohttp connector takes max_connections as its limit, where 0 is none (its
+            # default is 100 connections).
+            http_client=DefaultAioHttpClient(
+                limits=httpx2.Limits(max_connections=0, max_keepalive_connections=0),
+                timeout=timeout,
+            ),
         )
         return self
 
     async def __aexit__(self, *exc) -> None:
         await self.openai.close()
+        await self.session.close()
         await self.http.aclose()
 
     def token(self, number: int) -> str:
@@ -463,17 +478,18 @@ class Clients:
         """The answer's lines, each with when it was read; the first holding `delta` is the
         stream's first delta."""
         lines: list[tuple[float, bytes]] = []
-        async with self.http.stream(
-            "POST", f"{self.base_url}{path}", json=body, headers=headers
+        marker = delta.encode()
+        async with self.session.post(
+            f"{self.base_url}{path}", json=body, headers=headers
         ) as response:
             stream.headers = time.monotonic()
-            if response.status_code != 200:
-                raise RuntimeError(f"HTTP {response.status_code}")
-            async for line in response.aiter_lines():
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}")
+            async for line in response.content:  # line by line, each with its end
                 at = time.monotonic()
-                if stream.first_delta is None and delta in line:
+                if stream.first_delta is None and marker in line:
                     stream.first_delta = at
-                lines.append((at, line.encode()))
+                lines.append((at, line))
         return lines
 
     async def _v1(self, stream: Stream, text: str) -> StreamTimes:
@@ -931,7 +947,7 @@ def measure_database(database: str, args) -> dict:
     try:
         alone = []
         if args.model_check:
-            alone = [asyncio.run(model_alone(model, *level, args)) for level in levels]
+            alone = [run_clients(model_alone(model, *level, args)) for level in levels]
         extra_env = {
             "OPENAI_API_KEY": "bench-key",
             "OPENAI_BASE_URL": f"{model.url}/v1",
@@ -1015,7 +1031,7 @@ def measure_server(
             "arrival": arrival,
             "span": stream_span(args),
         }
-    result = asyncio.run(
+    result = run_clients(
         with_clients(
             stack.base_url, tokens, args, numbers, run, model=model, workers=workers, **kwargs
         )
@@ -1026,6 +1042,14 @@ def measure_server(
     result["storage"] = storage_check(result["streams"], stored_replies(model.reply))
     connections.close_all()
     return result
+
+
+def run_clients(main):
+    """The clients' coroutine on uvloop, as the server's loop is (Clients)."""
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 async def with_clients(base_url, tokens, args, numbers, run, **kwargs) -> dict:
