@@ -21,6 +21,7 @@ import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
+from django.core.handlers.exception import response_for_exception
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.log import log_response
@@ -80,7 +81,10 @@ class DjangoHandler(ASGIHandler):
         request.turn_on_loop = True  # channels.web.turn_view: answered below
         response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
         if isinstance(response, TurnAnswer):
-            response = await response.answered()
+            try:
+                response = await response.answered()
+            except Exception as exc:  # as the middleware would have answered it
+                response = exception_answer(request, exc) or response_for_exception(request, exc)
             if response.status_code >= 400:  # get_response logged the TurnAnswer's 202
                 log_response(
                     "%s: %s",
@@ -118,6 +122,7 @@ import llm  # noqa: E402
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
 from channels.web import EventStream, TurnAnswer  # noqa: E402
+from ethan_site.errors import exception_answer  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 
 MCP_PATH = "/mcp"

@@ -68,8 +68,7 @@ def _error(request: HttpRequest, status: int, detail: str) -> JsonResponse:
 
 
 class JsonErrorsMiddleware(MiddlewareMixin):
-    """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/. Sync
-    and async (MiddlewareMixin): under ASGI no request is sent into a thread by it."""
+    """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/."""
 
     def process_request(self, request: HttpRequest) -> HttpResponse | None:
         if not wants_json(request):
@@ -116,24 +115,31 @@ class JsonErrorsMiddleware(MiddlewareMixin):
         return answer
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> JsonResponse | None:
-        if not wants_json(request):
-            return None
-        if isinstance(exc, RecursionError):
-            return _error(request, 400, "the JSON is nested too deeply")
-        if isinstance(exc, RequestDataTooBig):
-            return _error(request, 413, "the request body is too large")
-        if isinstance(exc, Http404):
-            return _error(request, 404, "not found")
-        if isinstance(exc, PermissionDenied):
-            return _error(request, 403, "permission denied")
-        if isinstance(exc, SuspiciousOperation):
-            log.warning("refused a suspicious request to %s: %s", request.path, type(exc).__name__)
-            return _error(request, 400, "bad request")
-        # The type only: an exception's message may carry a value the request sent or a host.
-        log.error(
-            "unexpected %s on %s %s", type(exc).__name__, request.method, request.path, exc_info=exc
-        )
-        return _error(request, 500, "internal error: the server could not answer; nothing to retry")
+        return exception_answer(request, exc)
+
+
+def exception_answer(request: HttpRequest, exc: Exception) -> JsonResponse | None:
+    """An exception's JSON answer on a machine-facing URL (None on the others): the
+    middleware's, and the server's for a turn's answer written after the middleware
+    (ethan_site.asgi)."""
+    if not wants_json(request):
+        return None
+    if isinstance(exc, RecursionError):
+        return _error(request, 400, "the JSON is nested too deeply")
+    if isinstance(exc, RequestDataTooBig):
+        return _error(request, 413, "the request body is too large")
+    if isinstance(exc, Http404):
+        return _error(request, 404, "not found")
+    if isinstance(exc, PermissionDenied):
+        return _error(request, 403, "permission denied")
+    if isinstance(exc, SuspiciousOperation):
+        log.warning("refused a suspicious request to %s: %s", request.path, type(exc).__name__)
+        return _error(request, 400, "bad request")
+    # The type only: an exception's message may carry a value the request sent or a host.
+    log.error(
+        "unexpected %s on %s %s", type(exc).__name__, request.method, request.path, exc_info=exc
+    )
+    return _error(request, 500, "internal error: the server could not answer; nothing to retry")
 
 
 def _is_json(response: HttpResponse) -> bool:

@@ -12,8 +12,10 @@ from asgiref import sync
 from ethan_site.asgi import django_application
 
 
-def _call(path: str, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], bytes]:
-    """One GET through the handler, as an ASGI server calls it."""
+def _call(
+    path: str, headers: dict[str, str], method: str = "GET", body: bytes = b""
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One request through the handler, as an ASGI server calls it."""
     sent: list[dict] = []
     asked = False
 
@@ -21,7 +23,7 @@ def _call(path: str, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], 
         nonlocal asked
         if not asked:
             asked = True
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
         await asyncio.Event().wait()  # the client stays: no disconnect
         raise AssertionError
 
@@ -32,7 +34,7 @@ def _call(path: str, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], 
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "raw_path": path.encode(),
@@ -70,3 +72,35 @@ def test_a_request_goes_to_a_thread_three_times_not_once_per_middleware(monkeypa
     # The middleware ran: their headers are on the answer.
     assert headers[b"X-Frame-Options"] == b"DENY"
     assert len(calls) <= 3, calls
+
+
+def _post(path: str, body: dict, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], bytes]:
+    content = json.dumps(body).encode()
+    headers = {**headers, "Content-Length": str(len(content))}
+    return _call(path, headers, method="POST", body=content)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_turns_answer_that_fails_on_the_loop_is_answered_as_the_middleware_would(
+    monkeypatch, owner
+):
+    """The answer of a started turn is written after the middleware, on the loop: an exception
+    there still gets the JSON 500 of a machine-facing URL, and the question stays stored."""
+    from rest_framework.authtoken.models import Token
+
+    from sessions_app.models import Message
+
+    async def broken(events):
+        raise RuntimeError("a door's bug")
+
+    monkeypatch.setattr("channels.rest._json_answer", broken)
+    token = Token.objects.create(user=owner).key
+    status, headers, body = _post(
+        "/api/chat",
+        {"message": "Is my question kept?"},
+        {"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
+    assert status == 500, body
+    assert headers[b"Content-Type"] == b"application/json"
+    assert json.loads(body)["detail"].startswith("internal error")
+    assert Message.objects.filter(content="Is my question kept?").exists()
