@@ -50,8 +50,8 @@ class DjangoHandler(ASGIHandler):
 
     - The middleware and the view run as one synchronous call (the chain loaded as WSGI loads
       it), where Django's own ASGI handler calls every middleware's hooks through a thread of
-      their own, about twenty hops between the loop and a thread for one request: three
-      tenths of a turn's CPU in a process (bench.concurrent_streams, single streams).
+      their own, about twenty hops between the loop and a thread for one request: about a
+      quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
     - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
       written here, on the loop, so no thread waits while the model writes.
     - A turn's Server-Sent Events (channels.web.EventStream) are sent as the door writes them.
