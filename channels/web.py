@@ -67,6 +67,9 @@ class TurnAnswer(HttpResponse):
             if name.lower() not in BODY_HEADERS and name not in response:
                 response[name] = value
         response.cookies.update(self.cookies)
+        if not response.streaming and "Content-Length" not in response:
+            # As CommonMiddleware gives every other answer (this one came after it).
+            response["Content-Length"] = str(len(response.content))
         return response
 
     async def on_loop(self) -> HttpResponse:
