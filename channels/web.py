@@ -90,23 +90,16 @@ class TurnAnswer(HttpResponse):
         return self._headed(turn_io.run_unsuspended(self.answer(events)))
 
     def _stream(self, lines: Any) -> StreamingHttpResponse:
-        return self._headed(EventStream(lines))
+        return self._headed(
+            StreamingHttpResponse(
+                lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS
+            )
+        )
 
     def _headed(self, response: HttpResponse) -> HttpResponse:
         for name, value in self.answer_headers.items():
             response[name] = value
         return response
-
-
-class EventStream(StreamingHttpResponse):
-    """A turn's Server-Sent Events, each a line of bytes as the door wrote it. Under ASGI the
-    server's handler (ethan_site.asgi) sends `lines` straight to the client, without the
-    generators Django puts around a streaming body to check and convert every piece: a
-    thousand streams send thousands of pieces a second on one loop."""
-
-    def __init__(self, lines: Any):
-        super().__init__(lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS)
-        self.lines = lines
 
 
 class _Finishing:

@@ -15,7 +15,6 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import aclosing
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -54,7 +53,6 @@ class DjangoHandler(ASGIHandler):
       quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
     - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
       written here, on the loop, so no thread waits while the model writes.
-    - A turn's Server-Sent Events (channels.web.EventStream) are sent as the door writes them.
     - The threads are DJANGO_THREADS long-lived ones taken in turn, where Django's own handler
       starts a new thread for every request: under a thousand streams, starting them was a
       tenth of the event loop's time, and each new thread opened a database connection of its
@@ -96,32 +94,13 @@ class DjangoHandler(ASGIHandler):
         response._handler_class = self.__class__
         return response
 
-    async def send_response(self, response: HttpResponseBase, send: Send) -> None:
-        if not isinstance(response, EventStream) or not response.is_async:
-            await super().send_response(response, send)
-            return
-        headers = [
-            (name.encode("ascii"), value.encode("latin1")) for name, value in response.items()
-        ]
-        headers += [
-            (b"Set-Cookie", cookie.output(header="").encode("ascii").strip())
-            for cookie in response.cookies.values()
-        ]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
-        async with aclosing(response.lines) as lines:
-            async for line in lines:
-                await send({"type": "http.response.body", "body": line, "more_body": True})
-        await send({"type": "http.response.body"})
-
 
 django_application = DjangoHandler()
 
 import llm  # noqa: E402
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
-from channels.web import EventStream, TurnAnswer  # noqa: E402
+from channels.web import TurnAnswer  # noqa: E402
 from ethan_site.errors import exception_answer  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 
