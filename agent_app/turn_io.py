@@ -6,20 +6,26 @@ and the model: two drivers of the same code.
   hand with no event loop at all: Django's ORM sees an ordinary synchronous caller (the
   console, a Celery task, a WSGI view, a test in its transaction).
 - ASYNC: for an event loop (an ASGI view). The model streams through its SDK's async client
-  (llm.astream), so the loop is free while it writes; each database step runs in a thread of
-  the loop's default executor, a bounded pool (sync_to_async, not thread-sensitive: a step is
-  one function, its transaction inside it), so a process holds at most that many database
-  connections however many turns are streaming.
+  (llm.astream), so the loop is free while it writes; each database step runs on one of
+  ETHAN_DB_THREADS threads kept for them (sync_to_async, not thread-sensitive: a step is one
+  function, its transaction inside it), so a process holds at most that many database
+  connections for its turns however many are streaming. They are few: every thread running
+  Python takes the GIL from the loop that writes the open streams. The tasks a step deferred
+  (embedded mode: a consolidation, which may wait on the model) run in the loop's default
+  executor, so that they never hold up a turn's steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any, Protocol, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 import llm
 from ethan_site import queue
@@ -53,7 +59,9 @@ class _AsyncIO:
         # waits for it to end, then stops. The thread would finish it anyway; waiting lets
         # the turn know what it stored.
         running = asyncio.ensure_future(
-            sync_to_async(_in_pool, thread_sensitive=False)(step, *args, **kwargs)
+            sync_to_async(_in_pool, thread_sensitive=False, executor=_db_threads())(
+                step, *args, **kwargs
+            )
         )
         try:
             result, deferred = await asyncio.shield(running)
@@ -69,10 +77,17 @@ class _AsyncIO:
         return llm.astream(**request)
 
 
+@functools.cache
+def _db_threads() -> ThreadPoolExecutor:
+    """The threads for the turns' database steps, made at the first step (settings are read
+    by then), for the life of the process: an executor is not bound to one event loop."""
+    return ThreadPoolExecutor(max_workers=settings.ETHAN_DB_THREADS, thread_name_prefix="turn-db")
+
+
 def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, list]:
-    """A step on a pool thread, and the tasks it deferred there (embedded mode defers a
+    """A step on a database thread, and the tasks it deferred there (embedded mode defers a
     consolidation in the thread that queued it, for the request's end to run: no request ends
-    in a pool thread, so they are handed back to be run beside the rest of the turn)."""
+    in a database thread, so they are handed back to be run beside the rest of the turn)."""
     with pooled_connection():
         result = step(*args, **kwargs)
     return result, queue.deferred_take()
@@ -83,7 +98,7 @@ def _deferred_run(tasks: list) -> None:
         queue.deferred_run(tasks)
 
 
-# Deferred tasks running in the pool: kept so that none is collected mid-run.
+# Deferred tasks running in the loop's default executor: kept so that none is collected mid-run.
 _background: set[asyncio.Future] = set()
 
 

@@ -1,7 +1,8 @@
 """Concurrent streams: how many slow streamed turns each server holds at once, and what each
-costs, with half the clients on /v1/chat/completions (the openai SDK's AsyncOpenAI) and half on
-/api/chat (`"stream": true`, httpx2), at 100, 300 and 1,000 streams; issue 27's server and the
-synchronous baseline measured in the same run, on the same machine state.
+costs, with half the clients on /v1/chat/completions and half on /api/chat (`"stream": true`),
+at 100, 300 and 1,000 streams; issue 27's server and the synchronous baseline measured in the
+same run, on the same machine state. The single streams read /v1 with the openai SDK, the
+levels with aiohttp line by line (Clients says why).
 
 How the N streams of a level arrive (`--arrival burst|spread|both`, both by default):
 
@@ -389,20 +390,28 @@ class Stream:
 
 @dataclass
 class Clients:
-    """The run's HTTP clients: aiohttp for /api/chat, the openai SDK for /v1 on aiohttp (its
-    DefaultAioHttpClient), httpx2 for /healthz and the model's records. No pool limit, no
-    keep-alive (gunicorn's sync workers close every connection anyway), no retry.
+    """The run's HTTP clients: aiohttp for /api/chat; for /v1 the openai SDK on aiohttp (its
+    DefaultAioHttpClient) when `sdk`, else aiohttp too, its Server-Sent Events read line by
+    line (bench.openai_compat.read_chunks: the same role, delta, stop and done the SDK's
+    chunks give); httpx2 for /healthz and the model's records. No pool limit, no keep-alive
+    (gunicorn's sync workers close every connection anyway), no retry.
 
     The clients share the server's two cores, so what they cost is taken from the server: on
     aiohttp (a parser in C) and uvloop (main's loop) they read a stream for about half the
-    CPU of httpx2's pure-Python HTTP ("model alone" in the report says how much they used)."""
+    CPU of httpx2's pure-Python HTTP ("model alone" in the report says how much they used).
+    The SDK turns every chunk into its typed objects: at 1,000 streams it was three quarters
+    of the clients' CPU (py-spy), a quarter of a core while the streams arrive, so the levels
+    read /v1 without it and the single streams, where the clients' CPU takes nothing from the
+    server, with it (tests/channels/test_server.py and test_openai_api.py hold the SDK to the
+    server's wire)."""
 
     base_url: str
     tokens: list[str]  # stream n is the person of tokens[n % len(tokens)]
     timeout: float
     numbers: itertools.count = field(default_factory=lambda: itertools.count(1))
-    # Straight at the model: the /api/chat half reads the model's own /v1 stream with httpx2.
+    # Straight at the model: the /api/chat half reads the model's own /v1 stream too.
     straight: bool = False
+    sdk: bool = False  # /v1 read by the openai SDK (the single streams)
 
     async def __aenter__(self) -> Clients:
         import aiohttp
@@ -451,8 +460,10 @@ class Clients:
                 endpoint, times = V1, await self._raw_v1(stream, text)
             elif endpoint == API:
                 times = await self._api_chat(stream, text)
-            else:
+            elif self.sdk:
                 times = await self._v1(stream, text)
+            else:
+                times = await self._raw_v1(stream, text)
         except Exception as exc:  # any failure is this stream's, reported
             stream.problem = f"{type(exc).__name__}: {exc}"[:200]
             return stream
@@ -464,22 +475,23 @@ class Clients:
     async def _api_chat(self, stream: Stream, text: str) -> StreamTimes:
         body = {"message": text, "model": MODEL, "stream": True}
         headers = {"Authorization": f"Token {self.token(stream.number)}"}
-        lines = await self._lines(stream, API, body, headers, "event: delta")
+        lines = await self._lines(stream, API, body, headers, _is_api_delta)
         return read_events(lines)
 
     async def _raw_v1(self, stream: Stream, text: str) -> StreamTimes:
-        """The model's own stream read with httpx2 (the model-alone run's other half)."""
-        body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "stream": True}
+        """A /v1 stream read line by line: the server's, or the model's own (the model-alone
+        run's other half)."""
+        model = MODEL if self.straight else f"ethan/{MODEL}"
+        body = {"model": model, "messages": [{"role": "user", "content": text}], "stream": True}
         headers = {"Authorization": f"Bearer {self.token(stream.number)}"}
-        return read_chunks(await self._lines(stream, V1, body, headers, '"content"'))
+        return read_chunks(await self._lines(stream, V1, body, headers, _is_v1_delta))
 
     async def _lines(
-        self, stream: Stream, path: str, body: dict, headers: dict, delta: str
+        self, stream: Stream, path: str, body: dict, headers: dict, is_delta
     ) -> list[tuple[float, bytes]]:
-        """The answer's lines, each with when it was read; the first holding `delta` is the
+        """The answer's lines, each with when it was read; the first that `is_delta` is the
         stream's first delta."""
         lines: list[tuple[float, bytes]] = []
-        marker = delta.encode()
         async with self.session.post(
             f"{self.base_url}{path}", json=body, headers=headers
         ) as response:
@@ -488,7 +500,7 @@ class Clients:
                 raise RuntimeError(f"HTTP {response.status}")
             async for line in response.content:  # line by line, each with its end
                 at = time.monotonic()
-                if stream.first_delta is None and marker in line:
+                if stream.first_delta is None and is_delta(line):
                     stream.first_delta = at
                 lines.append((at, line))
         return lines
@@ -524,6 +536,15 @@ class Clients:
         return StreamTimes(
             tuple(kinds), stream.first_delta, time.monotonic(), "".join(texts), final
         )
+
+
+def _is_api_delta(line: bytes) -> bool:
+    return line.startswith(b"event: delta")
+
+
+def _is_v1_delta(line: bytes) -> bool:
+    """A chunk with words in it: not the first, whose `"content": ""` comes with the role."""
+    return b'"content"' in line and b'"content": ""' not in line and b'"content":""' not in line
 
 
 async def poll_healthz(clients: Clients, latencies: list[float], stop: asyncio.Event) -> None:
@@ -1067,7 +1088,8 @@ def run_clients(main):
 
 
 async def with_clients(base_url, tokens, args, numbers, run, **kwargs) -> dict:
-    async with Clients(base_url, tokens, args.timeout, numbers) as clients:
+    sdk = run is run_single
+    async with Clients(base_url, tokens, args.timeout, numbers, sdk=sdk) as clients:
         return await run(clients=clients, **kwargs)
 
 

@@ -39,10 +39,6 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-# Threads for Django's synchronous parts of a request (its signals, the middleware's hooks, a
-# synchronous view): a few that live as long as the process, each running one call at a time.
-DJANGO_THREADS = 8
-
 
 class DjangoHandler(ASGIHandler):
     """Django's ASGI handler, with the request's synchronous part in one call on a thread.
@@ -53,11 +49,12 @@ class DjangoHandler(ASGIHandler):
       quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
     - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
       written here, on the loop, so no thread waits while the model writes.
-    - The threads are DJANGO_THREADS long-lived ones taken in turn, where Django's own handler
+    - The threads are ETHAN_REQUEST_THREADS long-lived ones taken in turn, each running one
+      call at a time (its signals, the middleware, a synchronous view), where Django's own handler
       starts a new thread for every request: under a thousand streams, starting them was a
       tenth of the event loop's time, and each new thread opened a database connection of its
-      own. A slow synchronous view holds up the requests given the same thread; the turn's
-      database steps run in the loop's own pool (agent_app.turn_io), not here."""
+      own. A slow synchronous view holds up the requests given the same thread; the turns'
+      database steps run on threads of their own (agent_app.turn_io), not here."""
 
     def __init__(self) -> None:
         BaseHandler.__init__(self)
@@ -65,7 +62,7 @@ class DjangoHandler(ASGIHandler):
         self.threads = itertools.cycle(
             [
                 ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-{number}")
-                for number in range(DJANGO_THREADS)
+                for number in range(settings.ETHAN_REQUEST_THREADS)
             ]
         )
 
@@ -200,12 +197,12 @@ def _preload() -> None:
 
 
 def _threads_keep_connections(serving: bool) -> None:
-    """While it serves, the server's threads (Django's, the loop's pool, /healthz's) live as
-    long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS, where a new
-    one at every step of every turn cost its PRAGMAs and SQL functions each time (10% of a
-    process's CPU under 300 streams, bench.concurrent_streams). Set on the connections' own
-    settings, which a thread's connection reads when it opens: `ethan serve` in one process
-    has read the settings before it starts the server."""
+    """While it serves, the server's threads (Django's, the turns' database steps', /healthz's)
+    live as long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS,
+    where a new one at every step of every turn cost its PRAGMAs and SQL functions each time
+    (10% of a process's CPU under 300 streams, bench.concurrent_streams). Set on the
+    connections' own settings, which a thread's connection reads when it opens: `ethan serve`
+    in one process has read the settings before it starts the server."""
     database = connections.settings["default"]
     if database["ENGINE"] == "django.db.backends.sqlite3":
         if serving:

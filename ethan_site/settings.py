@@ -317,6 +317,13 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
 ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
 ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
+# The server's threads, in each process: ETHAN_REQUEST_THREADS for Django's synchronous part of
+# a request (the middleware and the view, ethan_site.asgi) and ETHAN_DB_THREADS for the turns'
+# database steps (agent_app.turn_io). Each thread that runs Python takes the GIL from the event
+# loop that writes every open stream: with 8 and 6, a thousand streams arriving on PostgreSQL
+# left /healthz waiting seconds behind them (docs/benchmarks.md).
+ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 4)
+ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its

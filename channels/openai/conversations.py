@@ -245,10 +245,17 @@ def conversation_record(
         if shown is None
         else digest((*chat.history, (USER, chat.question), (ASSISTANT, shown)))
     )
+    record = ClientConversation(
+        session=session, owner=owner, asked=asked, shown=after, updated_at=timezone.now()
+    )
     try:
-        ClientConversation.objects.update_or_create(
-            session=session,
-            defaults={"owner": owner, "asked": asked, "shown": after, "updated_at": timezone.now()},
+        # One upsert (INSERT ... ON CONFLICT DO UPDATE), where update_or_create took a
+        # transaction, a locking read and a savepoint: seven round trips to PostgreSQL.
+        ClientConversation.objects.bulk_create(
+            [record],
+            update_conflicts=True,
+            unique_fields=["session"],
+            update_fields=["owner", "asked", "shown", "updated_at"],
         )
     except DatabaseError as exc:
         log.error("session %s: could not record the chat app's conversation: %s", session.pk, exc)

@@ -177,6 +177,31 @@ def test_many_streams_at_once_on_one_process(served, paced_openai):
     ) == [(40,)]
 
 
+@pytest.mark.parametrize(
+    "served", [{"ETHAN_REQUEST_THREADS": "1", "ETHAN_DB_THREADS": "1"}], indirect=True
+)
+def test_one_thread_of_each_kind_still_writes_many_replies_at_once(served, paced_openai):
+    """No thread is held while the model writes: with one thread for Django's part of a request
+    and one for the turns' database steps, 8 replies are still written at once, not one after
+    the other, and every one is stored."""
+    from tests.web_server import api_token
+
+    server, _ = served
+    reply = " ".join(["word"] * 20)
+    for _ in range(8):
+        paced_openai.reply(paced_openai.text(reply), first_chunk_ms=200, chunk_ms=150)
+    tokens = [api_token(server.home, f"t{index}") for index in range(8)]
+    streams = [Stream(server, tokens[index], f"question {index}") for index in range(8)]
+    for stream in streams:
+        stream.first_words.wait(60)
+    # One after the other, all but the last would have ended by now.
+    assert sum(1 for s in streams if s.ended is None) >= 2
+    assert [s.wait() for s in streams] == ["done"] * 8
+    assert _rows(
+        server.home, "SELECT count(*) FROM sessions_app_message WHERE role = 'assistant'"
+    ) == [(8,)]
+
+
 @pytest.mark.parametrize("served", [{"ETHAN_TURNS_PER_PERSON": "1"}], indirect=True)
 def test_a_person_past_their_cap_gets_429_with_retry_after_and_nothing_is_stored(
     served, paced_openai
