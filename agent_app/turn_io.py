@@ -30,6 +30,7 @@ from django.conf import settings
 import llm
 from ethan_site import queue
 from ethan_site.pooled import pooled_connection
+from ethan_site.threads import worker_threads
 from llm.types import StreamEvent
 
 T = TypeVar("T")
@@ -81,7 +82,7 @@ class _AsyncIO:
 def _db_threads() -> ThreadPoolExecutor:
     """The threads for the turns' database steps, made at the first step (settings are read
     by then), for the life of the process: an executor is not bound to one event loop."""
-    return ThreadPoolExecutor(max_workers=settings.ETHAN_DB_THREADS, thread_name_prefix="turn-db")
+    return worker_threads(settings.ETHAN_DB_THREADS, "turn-db")
 
 
 def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, list]:

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -39,6 +38,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
+from ethan_site.threads import worker_threads  # noqa: E402
+
 
 class DjangoHandler(ASGIHandler):
     """Django's ASGI handler, with the request's synchronous part in one call on a thread.
@@ -61,7 +62,7 @@ class DjangoHandler(ASGIHandler):
         self.load_middleware(is_async=False)
         self.threads = itertools.cycle(
             [
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-{number}")
+                worker_threads(1, f"django-{number}")
                 for number in range(settings.ETHAN_REQUEST_THREADS)
             ]
         )

@@ -1,7 +1,7 @@
-"""Database work on a thread that no request's end tidies: the event loop's pool (the turn's
-steps, agent_app.turn_io) and /healthz's own thread (ethan_site.health). Django checks a
-thread's connection around each request it serves; these threads serve none, so the check is
-made here, around each piece of work."""
+"""Database work on a thread that no request's end tidies: the turns' database threads
+(agent_app.turn_io), the event loop's default executor (tasks deferred there) and /healthz's
+own thread (ethan_site.health). Django checks a thread's connection around each request it
+serves; these threads serve none, so the check is made here, around each piece of work."""
 
 from __future__ import annotations
 

@@ -324,6 +324,9 @@ ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
 # left /healthz waiting seconds behind them (docs/benchmarks.md).
 ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 4)
 ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
+# Their nice value on Linux (ethan_site.threads): the event loop goes first when the CPU is
+# short. 0 leaves them as the loop is.
+ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its

@@ -36,6 +36,7 @@ SHARED = {
     "ethan_site.pooled",
     "ethan_site.private",
     "ethan_site.queue",
+    "ethan_site.threads",
     "ethan_site.throttles",
 }
 

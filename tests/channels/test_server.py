@@ -391,3 +391,35 @@ def test_the_servers_threads_keep_their_database_connections(served, kept, paced
         assert _database_files_open(server) >= 2
     else:
         assert _database_files_open(server) == 0
+
+
+def _niceness_of_threads(server: Server) -> dict[int, int]:
+    """The nice value of each of the server process's threads, by thread id."""
+    values = {}
+    for task in Path(f"/proc/{server.process.pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        values[int(task.name)] = int(stat[stat.rindex(")") + 2 :].split()[16])
+    return values
+
+
+@pytest.mark.parametrize(
+    "served, niceness",
+    [({}, 10), ({"ETHAN_THREAD_NICENESS": "0"}, 0)],
+    indirect=["served"],
+)
+def test_the_worker_threads_yield_the_cpu_to_the_event_loop(served, niceness, paced_openai):
+    """On Linux the threads that run Django's part of a request and the turns' database steps
+    have ETHAN_THREAD_NICENESS (10), the event loop's thread 0: when the CPU is short, the open
+    streams and /healthz go first (ethan_site.threads)."""
+    server, token = served
+    paced_openai.reply(paced_openai.text("Yes."))
+    status, _, answer = _post_chat(server, token, "Still there?")
+    assert (status, answer["reply"]) == (200, "Yes.")
+    threads = _niceness_of_threads(server)
+    assert threads[server.process.pid] == 0  # the main thread: the event loop
+    niced = [tid for tid, value in threads.items() if value == niceness and value != 0]
+    if niceness:
+        # At least the request's thread and a database step's.
+        assert len(niced) >= 2, threads
+    else:
+        assert set(threads.values()) == {0}, threads

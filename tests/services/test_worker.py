@@ -90,3 +90,26 @@ def test_healthz_reports_the_real_broker(services_ready, client):
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "database": "ok", "broker": "ok"}
+
+
+@pytest.mark.django_db
+def test_healthz_keeps_one_broker_connection_and_survives_its_loss(services_ready, client):
+    """/healthz PINGs Redis on a connection it keeps (not a new one per probe); when the broker
+    drops that connection, as a restart would, the next probe still says ok."""
+    import redis
+
+    from ethan_site.celery import app
+    from ethan_site.health import HEALTH_CLIENT_NAME
+
+    broker = redis.Redis.from_url(app.conf.broker_url)
+
+    def health_connections() -> list[dict]:
+        return [c for c in broker.client_list() if c["name"] == HEALTH_CLIENT_NAME]
+
+    for _ in range(3):
+        assert client.get("/healthz").json()["broker"] == "ok"
+    kept = health_connections()
+    assert len(kept) == 1, kept
+    broker.client_kill_filter(_id=kept[0]["id"])
+    assert client.get("/healthz").json()["broker"] == "ok"
+    assert [c["id"] for c in health_connections()] != [kept[0]["id"]]
