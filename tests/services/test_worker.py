@@ -113,3 +113,32 @@ def test_healthz_keeps_one_broker_connection_and_survives_its_loss(services_read
     broker.client_kill_filter(_id=kept[0]["id"])
     assert client.get("/healthz").json()["broker"] == "ok"
     assert [c["id"] for c in health_connections()] != [kept[0]["id"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_servers_healthz_keeps_its_own_database_connection(services_ready):
+    """The server's /healthz thread checks PostgreSQL on a connection of its own, kept between
+    probes outside the pool (no checkout and pool check per probe), and a connection the
+    database dropped, as a restart would, is replaced: the next probe still says ok."""
+    import psycopg
+
+    from ethan_site.health import _probe_database, _report_in_thread
+
+    assert _report_in_thread() == (200, {"status": "ok", "database": "ok", "broker": "ok"})
+    probe = _probe_database()
+    assert probe is not None and probe.connection is not None
+    kept = probe.connection.info.backend_pid
+    assert _report_in_thread()[0] == 200
+    assert probe.connection.info.backend_pid == kept
+    db = connection.settings_dict
+    with psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"],
+        dbname=db["NAME"],
+        autocommit=True,
+    ) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [kept])
+    assert _report_in_thread() == (200, {"status": "ok", "database": "ok", "broker": "ok"})
+    assert probe.connection.info.backend_pid != kept
+    probe.close()
