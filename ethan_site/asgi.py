@@ -38,7 +38,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-from ethan_site.threads import worker_threads  # noqa: E402
+from ethan_site.threads import CountedThread  # noqa: E402
 
 
 class DjangoHandler(ASGIHandler):
@@ -50,27 +50,32 @@ class DjangoHandler(ASGIHandler):
       quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
     - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
       written here, on the loop, so no thread waits while the model writes.
-    - The threads are ETHAN_REQUEST_THREADS long-lived ones taken in turn, each running one
-      call at a time (its signals, the middleware, a synchronous view), where Django's own handler
-      starts a new thread for every request: under a thousand streams, starting them was a
-      tenth of the event loop's time, and each new thread opened a database connection of its
-      own. A slow synchronous view holds up the requests given the same thread; the turns'
-      database steps run on threads of their own (agent_app.turn_io), not here."""
+    - The threads are ETHAN_REQUEST_THREADS long-lived ones, each running one call at a time
+      (its signals, the middleware, a synchronous view), a request given to the least busy,
+      where Django's own handler starts a new thread for every request: under a thousand
+      streams, starting them was a tenth of the event loop's time, and each new thread opened a
+      database connection of its own. The turns' database steps run on threads of their own
+      (agent_app.turn_io), not here."""
 
     def __init__(self) -> None:
         BaseHandler.__init__(self)
         self.load_middleware(is_async=False)
-        self.threads = itertools.cycle(
-            [
-                worker_threads(1, f"django-{number}")
-                for number in range(settings.ETHAN_REQUEST_THREADS)
-            ]
-        )
+        self.threads = [
+            CountedThread(f"django-{number}") for number in range(settings.ETHAN_REQUEST_THREADS)
+        ]
+        self.turn = itertools.count()
+
+    def thread(self) -> CountedThread:
+        """The thread with the fewest calls queued or running, the next in turn among equals:
+        a slow view holds up only the requests that came while every thread was busy."""
+        start = next(self.turn) % len(self.threads)
+        ordered = self.threads[start:] + self.threads[:start]
+        return min(ordered, key=lambda thread: thread.pending)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django serves HTTP, not {scope['type']}")
-        async with ThreadSensitiveContext(executor=next(self.threads)):
+        async with ThreadSensitiveContext(executor=self.thread()):
             await self.handle(scope, receive, send)
 
     async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:

@@ -321,8 +321,9 @@ ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
 # a request (the middleware and the view, ethan_site.asgi) and ETHAN_DB_THREADS for the turns'
 # database steps (agent_app.turn_io). Each thread that runs Python takes the GIL from the event
 # loop that writes every open stream: with 8 and 6, a thousand streams arriving on PostgreSQL
-# left /healthz waiting seconds behind them (docs/benchmarks.md).
-ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 4)
+# left /healthz waiting seconds behind them; with 4 and 2, 84-130 ms, with 2 and 2, 24-54 ms
+# (docs/benchmarks.md).
+ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 2)
 ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
 # Their nice value on Linux (ethan_site.threads): the event loop goes first when the CPU is
 # short. 0 leaves them as the loop is.

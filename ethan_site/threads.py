@@ -25,6 +25,27 @@ def worker_threads(count: int, name: str) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=count, thread_name_prefix=name, initializer=_nicer)
 
 
+class CountedThread(ThreadPoolExecutor):
+    """One worker thread that knows how many calls it has queued or running (`pending`), so
+    that the next request can go to the least busy of a few (ethan_site.asgi)."""
+
+    def __init__(self, name: str):
+        super().__init__(max_workers=1, thread_name_prefix=name, initializer=_nicer)
+        self._lock = threading.Lock()
+        self.pending = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._lock:
+            self.pending += 1
+        future = super().submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _future) -> None:
+        with self._lock:
+            self.pending -= 1
+
+
 def _nicer() -> None:
     niceness = settings.ETHAN_THREAD_NICENESS
     # Elsewhere (macOS) the nice value is the whole process's, the event loop's with it.

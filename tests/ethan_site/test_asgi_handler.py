@@ -104,3 +104,26 @@ def test_a_turns_answer_that_fails_on_the_loop_is_answered_as_the_middleware_wou
     assert headers[b"Content-Type"] == b"application/json"
     assert json.loads(body)["detail"].startswith("internal error")
     assert Message.objects.filter(content="Is my question kept?").exists()
+
+
+def test_a_request_goes_to_the_least_busy_thread():
+    """A slow view holds up its own thread only: while one of the handler's threads is busy,
+    every new request goes to another, not to each thread in turn."""
+    import threading
+
+    handler = django_application
+    assert len(handler.threads) >= 2
+    busy, release = handler.threads[0], threading.Event()
+    busy.submit(release.wait, 10)
+    try:
+        chosen = {id(handler.thread()) for _ in range(6)}
+        assert id(busy) not in chosen
+        assert len(chosen) == len(handler.threads) - 1
+    finally:
+        release.set()
+    # Once it is free again, it takes its turn.
+    deadline = 50
+    while busy.pending and deadline:
+        threading.Event().wait(0.1)
+        deadline -= 1
+    assert id(busy) in {id(handler.thread()) for _ in range(len(handler.threads))}
