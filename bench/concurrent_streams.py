@@ -816,7 +816,7 @@ def model_alone_line(alone: dict, timeout: float) -> str:
     p50, p95 = p50_p95(late)
     return (
         f"- Model alone, {alone['arrival']} (the same clients straight at bench.slow_model, "
-        f"{len(streams):,} streams, half through the openai SDK): {completed:,} of "
+        f"{len(streams):,} streams, read line by line as the levels read): {completed:,} of "
         f"{len(streams):,} completed within {timeout:.0f} s of the last request, "
         f"{alone['model']['peak_open']:,} open at once at the model; first chunk read p50 "
         f"{ms(p50)} ms, p95 {ms(p95)} ms after it was due; the model's latest chunk "
