@@ -31,8 +31,9 @@ from ethan_site.pooled import pooled_connection
 
 BROKER_TIMEOUT_SECONDS = 2.0
 HEALTH_CLIENT_NAME = "ethan-healthz"
-# /healthz's checks run on a thread of their own, not in the loop's pool: there a probe would
-# queue behind the turns' database steps, and answer as late as the busiest of them.
+# /healthz's checks run on a thread of their own, not on the turns' database threads
+# (agent_app.turn_io): there a probe would queue behind the turns' steps, and answer as late
+# as the busiest of them.
 _HEALTH_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="healthz")
 
 
