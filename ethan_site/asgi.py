@@ -172,7 +172,7 @@ class Doors:
                 # Before the first request: what a process's first turn would load otherwise
                 # (the model's SDK, jieba's dictionary), over a second, in each process.
                 await asyncio.to_thread(_preload)
-                _startup_heap_freeze()
+                _serving_gc(True)
                 _threads_keep_connections(True)
                 TURNS.admitting()
             elif message["type"] == "lifespan.shutdown":
@@ -182,7 +182,7 @@ class Doors:
                 await llm.aclose()
                 # As it was before the server started (for a process that goes on: a test's).
                 _threads_keep_connections(False)
-                gc.unfreeze()
+                _serving_gc(False)
             return message
 
         await self.mcp(scope, receive_then_drain, send)
@@ -223,13 +223,38 @@ def _threads_keep_connections(serving: bool) -> None:
 _unserved: dict[str, object] = {}
 
 
-def _startup_heap_freeze() -> None:
-    """What the process loaded to start (Django, the apps, the model's SDK, jieba's dictionary:
-    about 240,000 objects) lives as long as it does: kept out of the garbage collector's passes
+def _serving_gc(serving: bool) -> None:
+    """The garbage collector while the server serves.
+
+    What the process loaded to start (Django, the apps, the model's SDK, jieba's dictionary:
+    about 240,000 objects) lives as long as it does: kept out of the collector's passes
     (gc.freeze), each full pass over it stopped the event loop, every stream with it, for about
-    120 ms. Objects made from here on are collected as ever."""
-    gc.freeze()
-    log.info("%d objects loaded at startup left out of garbage collection", gc.get_freeze_count())
+    120 ms. Objects made from here on are collected as ever.
+
+    And the passes come less often (ETHAN_GC_THRESHOLD objects between two young passes,
+    Python's 700; each older generation after 20 passes of the one before, Python's 10). A
+    pass stops every thread of the process, the event loop too, whichever thread started it.
+    With a thousand streams open each full pass went over everything they hold: 4 or 5 of them
+    while the streams arrived, each 30-250 ms, and as many young and middle passes, up to
+    70 ms; together 1.6-3 s of each process's CPU, which grew as turns queued (they hold more),
+    and the probes that came during one waited for it (bench.concurrent_streams, docs/
+    benchmarks.md). With these, the same run made no full pass and its young passes took
+    0.4-0.7 s in all. Cycles still go: later, in larger passes."""
+    if serving:
+        gc.freeze()
+        if settings.ETHAN_GC_THRESHOLD:
+            _unserved["gc_threshold"] = gc.get_threshold()
+            gc.set_threshold(settings.ETHAN_GC_THRESHOLD, 20, 20)
+        log.info(
+            "%d objects loaded at startup left out of garbage collection; its thresholds %s",
+            gc.get_freeze_count(),
+            gc.get_threshold(),
+        )
+        return
+    # As it was before the server started (for a process that goes on: a test's).
+    gc.unfreeze()
+    if "gc_threshold" in _unserved:
+        gc.set_threshold(*_unserved.pop("gc_threshold"))
 
 
 application = Doors()

@@ -328,6 +328,10 @@ ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
 # Their nice value on Linux (ethan_site.threads): the event loop goes first when the CPU is
 # short. 0 leaves them as the loop is.
 ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
+# While the server serves, the objects allocated between two of the garbage collector's young
+# passes (Python's 700): a pass stops the event loop, and the older passes go over every open
+# stream (ethan_site.asgi._serving_gc). 0 leaves Python's thresholds.
+ETHAN_GC_THRESHOLD = _config.non_negative("ETHAN_GC_THRESHOLD", 20_000)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its

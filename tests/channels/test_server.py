@@ -345,20 +345,32 @@ def test_healthz_is_answered_before_django(served):
     )
 
 
-@pytest.mark.parametrize("served", [{"ETHAN_LOG_LEVEL": "INFO"}], indirect=True)
-def test_the_server_loads_the_models_sdk_before_it_takes_requests(served):
+@pytest.mark.parametrize(
+    "served, thresholds",
+    [
+        ({"ETHAN_LOG_LEVEL": "INFO"}, "(20000, 20, 20)"),
+        ({"ETHAN_LOG_LEVEL": "INFO", "ETHAN_GC_THRESHOLD": "0"}, "(700, 10, 10)"),
+    ],
+    indirect=["served"],
+)
+def test_the_server_loads_the_models_sdk_before_it_takes_requests(served, thresholds):
     """The first turn of each process does not wait for the SDK's import or jieba's
     dictionary (over a second together): both are loaded at startup, before uvicorn says the
     application is up. Then what was loaded is left out of the garbage collector's passes,
-    each of which stopped every stream for over 100 ms when it went over all of it."""
+    each of which stopped every stream for over 100 ms when it went over all of it, and the
+    passes come less often (ETHAN_GC_THRESHOLD; 0: Python's own thresholds)."""
     server, _ = served
     log = server.log()
     loaded = log.find("loaded ahead of the first turn: the openai SDK and jieba's dictionary")
     started = log.index("Application startup complete")
     assert 0 <= loaded < started
-    frozen = re.search(r"(\d+) objects loaded at startup left out of garbage collection", log)
+    frozen = re.search(
+        r"(\d+) objects loaded at startup left out of garbage collection; its thresholds (.+)",
+        log,
+    )
     assert frozen and loaded < frozen.start() < started, log
     assert int(frozen.group(1)) > 100_000
+    assert frozen.group(2).strip() == thresholds
 
 
 def _database_files_open(server) -> int:
