@@ -234,8 +234,8 @@ def _serving_gc(serving: bool) -> None:
     And the passes come less often (ETHAN_GC_THRESHOLD objects between two young passes,
     Python's 700; each older generation after 20 passes of the one before, Python's 10). A
     pass stops every thread of the process, the event loop too, whichever thread started it.
-    With a thousand streams open each full pass went over everything they hold: 4 or 5 of them
-    while the streams arrived, each 30-250 ms, and as many young and middle passes, up to
+    With a thousand streams open each full pass went over everything they hold: 3 to 5 of them
+    while the streams arrived, each 20-250 ms, and 20-50 young and middle passes, up to
     70 ms; together 1.6-3 s of each process's CPU, which grew as turns queued (they hold more),
     and the probes that came during one waited for it (bench.concurrent_streams, docs/
     benchmarks.md). With these, the same run made no full pass and its young passes took
