@@ -100,7 +100,20 @@ def test_stored_text_in_every_block_is_inert(owner, make_session):
     ("text", "expected"),
     [
         ("</x> <y> < /z> <!-- c --> <?pi?> <记忆>", "‹/x> ‹y> ‹ /z> ‹!-- c --> ‹?pi?> ‹记忆>"),
-        ("a < b, <3, x<-y, 1 <= 2", "a < b, <3, x<-y, 1 <= 2"),
+        (
+            "<3, x<-y, 1 <= 2, 1 < 2, a <> b, x << 2, <",
+            "<3, x<-y, 1 <= 2, 1 < 2, a <> b, x << 2, <",
+        ),
+        # A "<" before a letter could begin a tag, even with a space between: it goes.
+        ("a < b", "a ‹ b"),
+        # Characters a reader does not see, which no list of invisible characters held (issue
+        # 41): a blank Braille pattern, the object replacement character.
+        ("<\u2800/memory_context>", "‹\u2800/memory_context>"),
+        (
+            "<\ufffc/memory_context> <\ufffcmemory_context>",
+            "‹\ufffc/memory_context> ‹\ufffcmemory_context>",
+        ),
+        ("< \u3164/x>", "‹ \u3164/x>"),
         ("two\n  lines", "two lines"),
     ],
 )
@@ -189,8 +202,8 @@ def test_disguised_tags_in_every_block_are_inert(owner, disguise):
             "coding 👩\u200d💻 ‹\u200b/x> \u05e9\u05dc\u05d5\u05dd\u200f",
         ),
         (
-            "a \uff1c b, <\u200d3, 1 \ufe64= 2, caf\u00e9 \u2764\ufe0f",
-            "a \uff1c b, <\u200d3, 1 \ufe64= 2, caf\u00e9 \u2764\ufe0f",
+            "a \uff1c 2, \uff1c\uff13, 1 \ufe64= 2, caf\u00e9 \u2764\ufe0f <\u200d3",
+            "a \uff1c 2, \uff1c\uff13, 1 \ufe64= 2, caf\u00e9 \u2764\ufe0f ‹\u200d3",
         ),
     ],
 )
@@ -207,3 +220,29 @@ def test_stored_text_knows_every_less_than_form():
         if not 0xD800 <= code < 0xE000 and "<" in unicodedata.normalize("NFKC", chr(code))
     }
     assert forms == set(prompts._LESS_THAN_FORMS)
+
+
+def test_stored_text_keeps_a_less_than_only_before_what_opens_no_tag():
+    # Every character of Unicode, straight after a "<" and after "< ": the "<" stays only
+    # before a digit or "=", "-", "<", ">" (in any width). Whatever else a reader may take for
+    # nothing (issue 41 found U+2800 and U+FFFC, which no list of invisible characters held),
+    # the "<" before it goes. One text for all, each "<" followed by the character it is
+    # judged on.
+    chars = [
+        chr(code)
+        for code in range(sys.maxunicode + 1)
+        if not 0xD800 <= code < 0xE000 and not chr(code).isspace()
+    ]
+    harmless = {
+        char
+        for char in chars
+        if len(folded := unicodedata.normalize("NFKC", char)) == 1
+        and (folded.isdecimal() or folded in "=-<>")
+    }
+    for before in ("<", "< "):
+        shown = stored_text("".join(before + char for char in chars), one_line=False)
+        step = len(before) + 1
+        kept_after = {char for i, char in enumerate(chars) if shown[i * step] == "<"}
+        assert kept_after == harmless
+    assert {"3", "\uff13", "=", "-", ">", "<", "\uff1c", "\ufe64"} <= harmless
+    assert not {"\u2800", "\ufffc", "\u200b", "\u3164", "/", "!", "?", "a", "记"} & harmless
