@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
+from agent_app.models import ChannelChat, ChannelIdentity, HousekeepingTally, LarkEvent
 
 
 @admin.register(ChannelIdentity)
@@ -37,4 +37,23 @@ class LarkEventAdmin(admin.ModelAdmin):
     ]
 
     def has_add_permission(self, request) -> bool:
+        return False
+
+
+@admin.register(HousekeepingTally)
+class HousekeepingTallyAdmin(admin.ModelAdmin):
+    """The chat apps' housekeeping requests /v1 recognised, a day per row (read-only: counted by
+    channels.openai.housekeeping_tally, never edited)."""
+
+    list_display = ["day", "app", "kind", "count"]
+    list_filter = ["app", "kind", "day"]
+    date_hierarchy = "day"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -79,6 +79,28 @@ class ClientConversation(models.Model):
         return f"{self.session_id} ({self.owner_id})"
 
 
+class HousekeepingTally(models.Model):
+    """How many of a chat app's housekeeping requests (a title, tags, follow-ups…) /v1 recognised
+    on one day: counted, never stored (channels.openai.housekeeping, docs/openai.md)."""
+
+    app = models.CharField(max_length=32)
+    kind = models.CharField(max_length=32)
+    day = models.DateField()
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "app", "kind"]
+        constraints = [
+            # One row a day per app and kind: the count is incremented in place.
+            models.UniqueConstraint(
+                fields=["app", "kind", "day"], name="housekeeping_tally_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.app} {self.kind}: {self.count}"
+
+
 class LarkEvent(models.Model):
     """One delivered Lark event. The unique event_id makes handling exactly-once: a re-push or
     a racing second delivery fails to insert and is acknowledged without being processed."""
