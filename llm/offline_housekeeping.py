@@ -115,8 +115,9 @@ def _user_messages(chat: str) -> list[str]:
             continue
         end = lines[index + 1].start() if index + 1 < len(lines) else len(chat)
         text = (line[2] + chat[line.end() : end]).strip()
-        # Open WebUI's history ends at its closing tag; LibreChat's at the prompt's end.
-        text = text.split("</chat_history>")[0].strip()
+        # Open WebUI's history ends at its closing tag, a LibreChat summary's lines at the
+        # blank line before its instruction: a message's first paragraph says what it is about.
+        text = text.split("</chat_history>")[0].strip().split("\n\n")[0].strip()
         if text:
             said.append(text)
     return said
@@ -138,8 +139,10 @@ def _keywords(text: str, limit: int) -> list[str]:
 
 
 def _chinese_title(text: str) -> str:
-    text = _GREETING.sub("", text)
-    return re.sub(r"[\s，。！？、：；“”‘’（）,.!?:;\"'()]", "", text)[:10]
+    """The first clause of a Chinese message, at most ten characters (LobeChat's and Chatbox's
+    own limit for a title)."""
+    clause = re.split(r"[，。！？；,.!?;\n]", _GREETING.sub("", text).strip())[0]
+    return re.sub(r"[\s、：“”‘’（）:\"'()]", "", clause)[:10]
 
 
 def _title(said: list[str]) -> str:
