@@ -89,6 +89,7 @@ class HousekeepingTally(models.Model):
     count = models.PositiveIntegerField(default=0)
 
     class Meta:
+        verbose_name_plural = "housekeeping tallies"
         ordering = ["-day", "app", "kind"]
         constraints = [
             # One row a day per app and kind: the count is incremented in place.

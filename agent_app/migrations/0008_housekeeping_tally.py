@@ -24,6 +24,7 @@ class Migration(migrations.Migration):
                 ("count", models.PositiveIntegerField(default=0)),
             ],
             options={
+                "verbose_name_plural": "housekeeping tallies",
                 "ordering": ["-day", "app", "kind"],
                 "constraints": [
                     models.UniqueConstraint(
