@@ -29,6 +29,8 @@ HEAD = 4096
 # --- which prompt --------------------------------------------------------------------------------
 
 _OWUI = re.compile(r"\A\s*### Task:[ \t]*\r?\n")
+# Where Open WebUI's templates end: the pasted chat, or autocomplete's typed text.
+_OWUI_END = re.compile(r"(?:</chat_history>|</text>\s*#### Output:)\s*\Z")
 _OWUI_OUTPUT = {
     "title": re.compile(r'JSON format: \{ *"title": '),
     "tags": re.compile(r'JSON format: \{ *"tags": \['),
@@ -42,8 +44,9 @@ _OWUI_EMOJI = re.compile(
 )
 _OWUI_TOOLS = re.compile(r"\A\s*Available Tools: [\s\S]*Your task is to choose and return the")
 _LIBRECHAT_TITLE = re.compile(
-    r"\A\s*(?:Provide a concise, 5-word-or-less title for the conversation"
-    r"|Please generate a concise, 5-word-or-less title for the conversation)"
+    r"\A\s*(?:Provide a concise, 5-word-or-less title for the conversation[^\n]*\r?\n\r?\n"
+    r"Conversation:\r?\n"
+    r"|Please generate a concise, 5-word-or-less title for the conversation[\s\S]*\|\|>Title:\s*\Z)"
 )
 _LIBRECHAT_STRUCTURED_TITLE = re.compile(
     r"\A\s*Analyze this conversation and provide:\r?\n1\. The detected language"
@@ -52,6 +55,7 @@ _LIBRECHAT_SUMMARY = re.compile(
     r"\A\s*(?:Summarize the conversation by integrating new lines into the current summary\."
     r"|The following text is cut-off:)"
 )
+_LIBRECHAT_SUMMARY_END = re.compile(r"\n(?:New summary|Summary):\s*\Z")
 _LOBE_TITLE = re.compile(
     r"\A\s*(?:You are a professional conversation summarizer\. Generate a concise title"
     r"|You are an assistant skilled (?:at|in) conversations?"
@@ -62,6 +66,10 @@ _LOBE_HISTORY = re.compile(r"\A\s*You're an assistant who's good at extracting k
 _CHATBOX_TITLE = re.compile(
     r"\A\s*(?:Name the conversation based on the chat records\."
     r"|Based on the chat history, give this conversation a (?:name|title)\.)"
+)
+_CHATBOX_TITLE_END = re.compile(
+    r"(?:The conversation is named:|The name is:|Only give the (?:name|title), nothing else\.)"
+    r"\s*\Z"
 )
 _CHATBOX_SEARCH = re.compile(
     r"\A\s*As a professional (?:web researcher|knowledge base researcher|researcher with access)"
@@ -216,25 +224,27 @@ def offline_task_answer(text: str, system: str = "") -> str | None:
     """The offline model's answer to a chat app's housekeeping prompt (`text`: the last user
     message; `system`: the request's system prompt, where LobeChat and Open WebUI's function
     calling put their instruction), or None when it is no such prompt."""
-    if _OWUI.match(text):
+    if _OWUI.match(text) and _OWUI_END.search(text[-HEAD:]):
         return _open_webui_answer(text)
-    if _OWUI_EMOJI.match(text):
+    if _OWUI_EMOJI.match(text) and text.rstrip().endswith("```"):
         return "🙂"
     if _OWUI_TOOLS.match(system[:HEAD] + system[-HEAD:]):
         return _json({"tool_calls": []})
-    if _LIBRECHAT_TITLE.match(text) or _LIBRECHAT_TITLE.match(system):
-        return _title(_user_messages(text or system))
+    # LibreChat's older clients and Chatbox's first versions sent their title prompt as the
+    # system message, with no user message.
+    prompt = text or system
+    if _LIBRECHAT_TITLE.match(prompt[:HEAD] + prompt[-HEAD:]):
+        return _title(_user_messages(prompt))
     if _LIBRECHAT_STRUCTURED_TITLE.match(text):
         said = _user_messages(text)
         language = "Chinese" if said and language_of(said[0]) == "zh" else "English"
         return _json({"language": language, "title": _title(said)})
-    if _LIBRECHAT_SUMMARY.match(text):
+    if _LIBRECHAT_SUMMARY.match(text) and _LIBRECHAT_SUMMARY_END.search(text[-HEAD:]):
         return _summary(_user_messages(text))
-    if _CHATBOX_TITLE.match(text) or _CHATBOX_TITLE.match(system):
-        prompt = text or system
+    if _CHATBOX_TITLE.match(prompt) and _CHATBOX_TITLE_END.search(prompt[-HEAD:]):
         fence = _FENCE.search(prompt)
-        first = fence[1].split("---------")[0].strip() if fence else ""
-        return _title([first] if first else [])
+        if fence:
+            return _title([fence[1].split("---------")[0].strip()])
     if _CHATBOX_SEARCH.match(system):
         return _json({"action": "proceed"})
     if _LOBE_TITLE.match(system):

@@ -79,13 +79,13 @@ def _ends(message: object) -> _Ends | None:
         texts = [text for text in texts if isinstance(text, str)]
         if not texts:
             return _Ends(role, "", "")
-        # Parts join with nothing between them, as the door reads them; only the first part's
-        # start and the last part's end matter here.
+        # Parts join with a newline, as the door reads them (channels.openai.conversations);
+        # only the first parts' start and the last parts' end matter here.
         first, last = texts[0], texts[-1]
         if len(texts) > 1 and len(first) < HEAD:
-            first = "".join(texts)[: HEAD + 64]
+            first = "\n".join(texts)[: HEAD + 64]
         if len(texts) > 1 and len(last) < TAIL:
-            last = "".join(texts)[-TAIL - 64 :]
+            last = "\n".join(texts)[-TAIL - 64 :]
     elif content is None:
         first = last = ""
     else:

@@ -593,6 +593,12 @@ def test_offline_task_answer_other_apps(text, system_prompt, expected):
         'How do I make my model answer JSON format: { "title": "x" }?',
         "Why does Open WebUI send this?\n" + the_prompt("title"),
         "Provide a title for my essay on sardines.",
+        '### Task:\nWrite my essay.\nJSON format: { "title": "x" }\nThanks!',
+        "Provide a concise, 5-word-or-less title for the conversation, please!",
+        "Name the conversation based on the chat records. It was about sardines.",
+        "Summarize the conversation by integrating new lines into the current summary.",
+        "Your task is to reflect the speaker's likely facial expression through a fitting emoji.",
+        CHATBOX_TITLE + "\n\nWhy does Chatbox ask this?",
     ],
 )
 def test_offline_task_answer_a_chat_is_none(text):
