@@ -39,6 +39,10 @@ _OWUI_OUTPUT = {
     "image_prompt": re.compile(r'"prompt": "Your detailed description here\."'),
     "autocomplete": re.compile(r"You are an autocompletion system\."),
 }
+_OWUI_OLD_TITLE = re.compile(
+    r"\A\s*Create a concise, 3-5 word title with an emoji as a title for the chat history"
+    r"[\s\S]*</chat_history>\s*\Z"
+)
 _OWUI_EMOJI = re.compile(
     r"\A\s*Your task is to reflect the speaker's likely facial expression through a fitting emoji"
 )
@@ -226,6 +230,9 @@ def offline_task_answer(text: str, system: str = "") -> str | None:
     calling put their instruction), or None when it is no such prompt."""
     if _OWUI.match(text) and _OWUI_END.search(text[-HEAD:]):
         return _open_webui_answer(text)
+    if _OWUI_OLD_TITLE.match(text[:HEAD] + text[-HEAD:]):
+        # Open WebUI before 0.5 took the answer's text as the title.
+        return _title(_user_messages(_pasted_chat(text)))
     if _OWUI_EMOJI.match(text) and text.rstrip().endswith("```"):
         return "🙂"
     if _OWUI_TOOLS.match(system[:HEAD] + system[-HEAD:]):

@@ -172,6 +172,16 @@ _OPEN_WEBUI_TASKS = (
     ),
 )
 
+# The title template before 0.5 (plain text, no "### Task:"): its instruction, the examples, the
+# pasted chat.
+_OWUI_OLD_TITLE_START = _c(
+    r"\ACreate a concise, 3-5 word title with an emoji as a title for the chat history, in the"
+    r" given language\."
+)
+_OWUI_OLD_TITLE_BODY = _c(
+    r"RESPOND ONLY WITH THE TITLE TEXT\.\s*\r?\n\r?\nExamples of titles:\r?\n"
+)
+
 # DEFAULT_EMOJI_GENERATION_PROMPT_TEMPLATE (routers/tasks.py /emoji/completions): the message
 # is the template with the person's message in a fence.
 _OWUI_EMOJI_START = _c(
@@ -226,6 +236,12 @@ def _open_webui(messages: list, first: _Ends, last: _Ends) -> Housekeeping | Non
             ):
                 return Housekeeping(OPEN_WEBUI, spec.kind)
         return None
+    if (
+        _OWUI_OLD_TITLE_START.match(last.head)
+        and _OWUI_OLD_TITLE_BODY.search(last.head)
+        and _OWUI_CHAT_END.search(last.tail)
+    ):
+        return Housekeeping(OPEN_WEBUI, "title")
     if (
         _OWUI_EMOJI_START.match(last.head)
         and _OWUI_EMOJI_MESSAGE.search(last.head)

@@ -141,6 +141,13 @@ JSON format: {{ "title": "your concise title here" }}
 - {{ "title": "📉 Stock Market Trends" }},
 ### Chat History:
 {HISTORY}"""  # noqa: E501
+OPEN_WEBUI_TITLE_04 = f"""Create a concise, 3-5 word title with an emoji as a title for the chat history, in the given language. Suitable Emojis for the summary can be used to enhance understanding but avoid quotation marks or special formatting. RESPOND ONLY WITH THE TITLE TEXT.
+
+Examples of titles:
+📉 Stock Market Trends
+🍪 Perfect Chocolate Chip Recipe
+
+{HISTORY}"""  # noqa: E501
 OPEN_WEBUI_FOLLOW_UPS_06 = f"""### Task:
 Suggest 3-5 relevant follow-up questions or prompts that the user might naturally ask next in this conversation as a **user**, based on the chat history, to help continue or deepen the discussion.
 ### Guidelines:
@@ -179,6 +186,7 @@ The format for the JSON response is strictly:
         ([user(OPEN_WEBUI_QUERIES)], "search_query"),
         ([user(OPEN_WEBUI_IMAGE)], "image_prompt"),
         ([user(OPEN_WEBUI_TITLE_06)], "title"),
+        ([user(OPEN_WEBUI_TITLE_04)], "title"),
         ([user(OPEN_WEBUI_FOLLOW_UPS_06)], "follow_ups"),
         ([user(OPEN_WEBUI_EMOJI)], "emoji"),
         ([user(OPEN_WEBUI_MOA)], "moa"),
@@ -191,7 +199,17 @@ The format for the JSON response is strictly:
             "function_calling",
         ),
     ],
-    ids=["queries", "image", "title-0.6", "follow-ups-0.6", "emoji", "moa", "tools", "tools-hist"],
+    ids=[
+        "queries",
+        "image",
+        "title-0.6",
+        "title-0.4",
+        "follow-ups-0.6",
+        "emoji",
+        "moa",
+        "tools",
+        "tools-hist",
+    ],
 )
 def test_housekeeping_of_open_webui_other_templates(messages, kind):
     assert housekeeping_of(messages) == Housekeeping("open-webui", kind)
@@ -540,6 +558,7 @@ def test_offline_task_answer_other_open_webui_templates():
     assert parsed_as_open_webui_does(offline_task_answer(OPEN_WEBUI_TITLE_06)) == {
         "title": "Lisbon"
     }
+    assert offline_task_answer(OPEN_WEBUI_TITLE_04) == "Lisbon"
     assert offline_task_answer(OPEN_WEBUI_EMOJI) == "🙂"
     assert parsed_as_open_webui_does(
         offline_task_answer("Query: weather?", system=OPEN_WEBUI_TOOLS)
