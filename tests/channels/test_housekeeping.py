@@ -57,6 +57,25 @@ def parsed_as_open_webui_does(answer: str) -> dict:
     return json.loads(answer[answer.find("{") : answer.rfind("}") + 1])
 
 
+def test_housekeeping_of_is_pure():
+    """The recogniser reads the request alone: its module imports no Django, no settings, no
+    model (what it imports at all is the standard library)."""
+    import ast
+
+    import channels.openai.housekeeping as module
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    imported = {
+        name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module]
+        )
+    }
+    assert imported == {"__future__", "re", "collections", "dataclasses"}
+
+
 # --- Open WebUI, as recorded ---------------------------------------------------------------------
 
 
