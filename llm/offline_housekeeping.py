@@ -224,10 +224,21 @@ def _open_webui_answer(text: str) -> str | None:
     return _json({"prompt": latest[:400]})
 
 
+# Where a turn puts the client's own system messages in its system prompt (agent_app.prompts),
+# as the offline model reads <memory_context> there.
+_CLIENT_INSTRUCTIONS = re.compile(
+    r"<client_instructions>\r?\n([\s\S]*?)\r?\n</client_instructions>"
+)
+
+
 def offline_task_answer(text: str, system: str = "") -> str | None:
     """The offline model's answer to a chat app's housekeeping prompt (`text`: the last user
     message; `system`: the request's system prompt, where LobeChat and Open WebUI's function
-    calling put their instruction), or None when it is no such prompt."""
+    calling put their instruction: the client's own, or a turn's with the client's in its
+    <client_instructions> block), or None when it is no such prompt."""
+    instructions = _CLIENT_INSTRUCTIONS.search(system)
+    if instructions:
+        system = instructions[1]
     if _OWUI.match(text) and _OWUI_END.search(text[-HEAD:]):
         return _open_webui_answer(text)
     if _OWUI_OLD_TITLE.match(text[:HEAD] + text[-HEAD:]):

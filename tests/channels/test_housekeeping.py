@@ -584,6 +584,15 @@ def test_offline_task_answer_other_open_webui_templates():
     ) == {"tool_calls": []}
 
 
+def test_offline_task_answer_reads_the_clients_instructions_in_a_turns_system_prompt():
+    turn_system = (
+        "You are Ethan.\n<memory_context>\n- The user lives in Lisbon.\n</memory_context>\n"
+        f"The chat app's own instructions:\n<client_instructions>\n{LOBECHAT_TITLE_SYSTEM}\n"
+        "</client_instructions>"
+    )
+    assert offline_task_answer(LOBECHAT_TITLE_USER, system=turn_system) == "Lisbon Marine Biologist"
+
+
 def test_offline_task_answer_chinese_chat():
     prompt = the_prompt("title").replace(
         "Hi! I live in Lisbon and I work as a marine biologist.",
