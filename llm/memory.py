@@ -24,6 +24,7 @@ from llm.client import complete
 from llm.registry import provider_entry
 from llm.routing import provider_for
 from llm.structured import complete_json
+from llm.text import person_words
 from llm.types import Message
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,15 @@ SUMMARY_SYSTEM = (
     "Answer with the summary only."
 )
 
+# What a fact may come from, said with every extraction prompt: the person's own statements
+# (their turns carry no transcript markup: turns_of), not their questions or requests.
+FACT_SOURCE_RULE = (
+    " Facts come only from what the user states about themselves: never from a question or a "
+    'request ("Tell me about my daughter" says nothing about her), and never the '
+    "assistant's words, even when the user quotes them. Keep a relative date as the user said "
+    "it ('next March', '下周'): the date it was said is added to the fact afterwards."
+)
+
 EXTRACT_SYSTEM = (
     "You extract long-term memories about the user from a conversation. A fact is one short, "
     "self-contained statement about the user, in the third person (who they are, what they "
@@ -60,7 +70,7 @@ EXTRACT_SYSTEM = (
     "Write every fact in the language of the conversation: Chinese for a Chinese conversation. "
     "The turns are numbered [1], [2], …: give each fact's turns, the numbers of the turns it "
     "comes from."
-)
+) + FACT_SOURCE_RULE
 
 KNOWN_FACTS_ADDENDUM = (
     " Facts already stored are listed below with numbers. For each fact you extract, say what "
@@ -113,7 +123,7 @@ CONSOLIDATE_SYSTEM = (
     "'I prefer'). Write the summary and every fact in the language of the conversation: "
     "Chinese for a Chinese conversation. The turns are numbered [1], [2], …: give each fact's "
     "turns, the numbers of the turns it comes from."
-)
+) + FACT_SOURCE_RULE
 
 # Said to the model when the first turns it is shown were extracted before (they are there for
 # the summary and as context): facts come from turn {first} onwards only.
@@ -139,7 +149,7 @@ CONSOLIDATE_SESSIONS_SYSTEM = (
     "one holds. Write each summary and fact in the language of its conversation. The turns are "
     "numbered [1], [2], … across all the conversations: give each fact's turns, the numbers of "
     "the turns it comes from."
-)
+) + FACT_SOURCE_RULE
 
 CONSOLIDATE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -251,9 +261,19 @@ class MemoryModel(Protocol):
 
 def turns_of(rounds: Iterable[Message]) -> tuple[Turn, ...]:
     """The user messages and assistant replies that say something, their text stripped; tool
-    traffic is left out (its effect is in the reply)."""
+    traffic is left out (its effect is in the reply). A user turn is what the person said
+    (llm.text.person_words: no transcript markup, no quoted assistant, no app's task prompt),
+    kept even when that is nothing, so turn n is still the n-th stored message that says
+    something (memory_app.consolidator.SaidRounds)."""
     return tuple(
-        Turn(role=message.role, text=message.content.strip())
+        Turn(
+            role=message.role,
+            text=(
+                person_words(message.content).strip()
+                if message.role == "user"
+                else message.content.strip()
+            ),
+        )
         for message in rounds
         if message.role in ("user", "assistant") and message.content.strip()
     )

@@ -57,7 +57,17 @@ from llm.memory import (
 )
 from llm.provider import Request
 from llm.routing import OFFLINE
-from llm.text import is_question, language_of, overlap, sentences, statements, tokenize
+from llm.text import (
+    is_question,
+    is_request,
+    language_of,
+    overlap,
+    person_words,
+    sentences,
+    statements,
+    tells,
+    tokenize,
+)
 from llm.tokens import estimate_tokens
 from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
 
@@ -130,11 +140,16 @@ _KIN_ZH = (
     "男朋友|女朋友|对象|孩子|猫|狗|宠物"
 )
 _KIN_EN = (
-    "daughter|son|wife|husband|partner|girlfriend|boyfriend|mom|mum|mother|dad|father|"
-    "brother|sister|kids?|children|child|dog|cat|puppy|kitten"
+    "daughters?|sons?|wife|husband|partner|girlfriend|boyfriend|mom|mum|mother|dad|father|"
+    "brothers?|sisters?|kids?|children|child|dogs?|cats?|puppy|puppies|kittens?"
 )
 _WHEN_ZH = "下周|下星期|下个月|下个星期|明天|后天|这周末|周末|明年|月底|年底|下礼拜"
-_WHEN_EN = "next (?:week|month|year|weekend)|tomorrow|this weekend|tonight|in \\w+ days"
+_MONTHS_EN = "january|february|march|april|may|june|july|august|september|october|november|december"
+_DAYS_EN = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_WHEN_EN = (
+    rf"next (?:week|month|year|weekend|{_MONTHS_EN}|{_DAYS_EN})|tomorrow|this weekend|tonight|"
+    r"in \w+ (?:days|weeks|months)"
+)
 
 _FACT_RULES = (
     # A strong signal: an instruction to remember (_REMEMBER_EN), opening its sentence.
@@ -168,6 +183,10 @@ _FACT_RULES = (
             r"(?:去|搬|换|学|买|考|参加|出差)(?!睡|洗澡|吃饭|上厕所)|"
             r"\b(?:I|we)(?:'m|'re| am| are) (?:going|planning) (?:to|on)\b"
             r"(?! (?:bed|sleep|go|head off|be off)\b)|"
+            # A plan named by what it is: I'm planning a trip to Kyoto, we're booking a holiday.
+            r"\b(?:I|we)(?:'m|'re| am| are) (?:planning|booking|organi[sz]ing|taking|going on) "
+            r"(?:a|an|my|our|the)\b|\b(?:trip|holiday|vacation|visit|move|wedding) (?:to|in)\b.*"
+            rf"\b(?:{_WHEN_EN})\b|"
             # A plan with a time: 下周去东京, 明天飞上海, I'm flying to Oslo next week.
             rf"(?:{_WHEN_ZH})(?:要|会|就|准备|打算)?(?:去|飞|出差|搬|回|到)|"
             r"\bI(?:'m| am| will be|'ll be) (?:flying|going|moving|heading|travell?ing|driving)"
@@ -190,10 +209,11 @@ _FACT_RULES = (
             r"\bI(?:'m| am) (?:married|engaged|divorced|vegetarian|vegan|retired|pregnant)\b|"
             r"\bI (?:started|began) (?:working|a new job)\b|\bI (?:got|found) a (?:new )?job\b|"
             r"\bI (?:just )?joined\b|"
-            r"\bmy \w+(?: \w+)? is\b|"
+            r"\b(?:my|our) \w+(?: \w+)? (?:is|are)\b|"
             # People and pets in their life: 我女儿叫小米, 我家的猫叫 Miso, my dog Max.
             rf"我(?:家)?(?:的)?(?:{_KIN_ZH})(?:叫|是|名叫|今年)|"
-            rf"\bmy (?:{_KIN_EN})\b|\bI have (?:a|an|one|two|three|four|\d+) (?:{_KIN_EN})\b",
+            rf"\b(?:my|our) (?:{_KIN_EN})\b|"
+            rf"\b(?:I|we) have (?:a|an|one|two|three|four|\d+) (?:{_KIN_EN})\b",
             re.IGNORECASE,
         ),
     ),
@@ -228,6 +248,7 @@ _SLOTS = (
         "employer",
         re.compile(
             _SLOT_SUBJECT_EN + r"(?:(?:work|works|working)\s+(?:at|for)|joined|"
+            r"an?\s+(?:[\w-]+\s+){1,4}?(?:at|for)|"
             r"(?:started|began)\s+(?:working\s+)?(?:at|for)|got\s+a\s+(?:new\s+)?job\s+at)"
             + _SLOT_VALUE_EN,
             re.IGNORECASE,
@@ -302,13 +323,100 @@ def _first(patterns, text: str) -> str | None:
 
 
 def about_user(text: str) -> str:
-    """A fact in the third person, so it reads right inside a system prompt: Chinese 我 becomes
-    用户 (我们 stays); English gets a "User:" prefix rather than risky grammar rewrites."""
+    """A fact in the third person, one form in both languages, as a language model is asked to
+    write them (llm.memory), so it reads right inside a system prompt: Chinese 我 becomes 用户
+    (我们 stays), English "I live in Lisbon" "The user lives in Lisbon", "my sister" "the
+    user's sister", "we" "the user and others" (see _third_person)."""
     if language_of(text) == "zh":
         return re.sub(r"我(?!们)", "用户", text)
     if re.match(r"(?:the )?user\b", text, re.IGNORECASE):
         return text
-    return f"User: {text}"
+    told = _third_person(text)
+    return told[0].upper() + told[1:] if told else told
+
+
+# The person's first person, as about_user writes it in the third: the pronoun (with a
+# contraction), and the verb after a subject pronoun.
+_PRONOUN = re.compile(
+    r"\b(?P<p>I(?:['’](?:m|ve|d|ll))?|me|my|mine|myself|we(?:['’](?:re|ve|d|ll))?|us|our|ours|"
+    r"ourselves)\b(?![/'’]\w)"
+    r"(?P<rest>(?:\s+(?:also|always|usually|often|never|still|really|sometimes|now|only|just|"
+    r"recently|finally|currently|even|already|mostly|rarely|actually))*\s+(?P<verb>[A-Za-z'’]+))?",
+    re.IGNORECASE,
+)
+_PRONOUN_THIRD = {
+    "i'm": "the user is",
+    "i've": "the user has",
+    "i'd": "the user would",
+    "i'll": "the user will",
+    "me": "the user",
+    "my": "the user's",
+    "mine": "the user's",
+    "myself": "themselves",
+    "we": "the user and others",
+    "we're": "the user and others are",
+    "we've": "the user and others have",
+    "we'd": "the user and others would",
+    "we'll": "the user and others will",
+    "us": "the user and others",
+    "our": "the user's",
+    "ours": "the user's",
+    "ourselves": "themselves",
+}
+# The verb after "I", as it reads after "the user": am → is, have → has, go → goes.
+_FIRST_TO_THIRD = {
+    "am": "is",
+    "have": "has",
+    "do": "does",
+    "don't": "doesn't",
+    "haven't": "hasn't",
+    "go": "goes",
+}
+_UNCHANGED_AFTER_I = frozenset(
+    (
+        "was wasn't can can't cannot could couldn't will won't would wouldn't should shouldn't "
+        "must mustn't might may shall did didn't had got found went made bought left took met "
+        "came became grew saw knew lost won spent sold quit felt thought told said ran wrote "
+        "drove flew gave kept led paid put read set sent slept stood taught understood wore "
+        "began broke chose fell forgot held heard hurt let rode rose sang sat shut stole swam "
+        "threw woke"
+    ).split()
+)
+
+
+def _verb_after_the_user(word: str) -> str:
+    """`word`, a verb that followed "I", as it reads after "the user": live → lives, study →
+    studies, watch → watches, have → has; a past tense or a modal stays as it is."""
+    lower = word.lower().replace("’", "'")
+    if lower in _FIRST_TO_THIRD:
+        return _FIRST_TO_THIRD[lower]
+    if lower in _UNCHANGED_AFTER_I or lower.endswith(("ed", "'t", "s")) or not lower.isalpha():
+        return word
+    if re.fullmatch(r"[a-z]+[^aeiou]y", lower):
+        return word[:-1] + "ies"
+    if re.fullmatch(r"[a-z]+(?:ss|sh|ch|x|z|o)", lower):
+        return word + "es"
+    return word + "s"
+
+
+def _third_person(text: str) -> str:
+    """The person's English first person in the third: "I live in Lisbon and my sister lives in
+    Madrid" → "the user lives in Lisbon and the user's sister lives in Madrid"."""
+
+    def swap(match: re.Match) -> str:
+        pronoun = match.group("p")
+        key = pronoun.lower().replace("’", "'")
+        rest = match.group("rest") or ""
+        if key == "i":
+            verb = match.group("verb") or ""
+            if verb.lower() == "am":
+                return "the user" + rest[: -len(verb)] + "is"
+            return "the user" + (rest[: -len(verb)] + _verb_after_the_user(verb) if verb else "")
+        if pronoun == "US":  # the country, not "us"
+            return match.group(0)
+        return _PRONOUN_THIRD[key] + rest
+
+    return _PRONOUN.sub(swap, text)
 
 
 # A stored fact, told back to the person it is about (told_to_user): the "User:" prefix of
@@ -331,9 +439,19 @@ _FIRST_PERSON = {
     "my": "your",
     "mine": "yours",
     "myself": "yourself",
+    "we": "you",
+    "we're": "you're",
+    "we've": "you've",
+    "we'll": "you'll",
+    "us": "you",
+    "our": "your",
+    "ours": "yours",
+    "ourselves": "yourselves",
 }
 _FIRST_PERSON_WORD = re.compile(
-    r"\b(?:i['’](?:m|ve|d|ll)|i am|i was|i|me|my|mine|myself)\b(?![/'’]\w)", re.IGNORECASE
+    r"\b(?:i['’](?:m|ve|d|ll)|i am|i was|i|me|my|mine|myself|we['’](?:re|ve|ll)|we|our|ours|"
+    r"ourselves|us(?<!US))\b(?![/'’]\w)",
+    re.IGNORECASE,
 )
 # The verb after "the user", in the third person singular, and its form after "you".
 _THIRD_PERSON_VERBS = {
@@ -346,7 +464,10 @@ _THIRD_PERSON_VERBS = {
     "doesn't": "don't",
     "hasn't": "haven't",
 }
-_ADVERBS = frozenset("also always usually often never still really sometimes now only just".split())
+_ADVERBS = frozenset(
+    "also always usually often never still really sometimes now only just recently finally "
+    "currently even already mostly rarely actually".split()
+)
 
 
 def _verb_after_you(word: str) -> str:
@@ -389,12 +510,25 @@ def told_to_user(fact: str) -> str:
         return _first_person_to_second(_USER_PREFIX.sub("", fact, count=1))
     subject = _USER_SUBJECT.match(fact)
     if subject:
-        words = fact[subject.end() :].split(" ")
-        at = 1 if len(words) > 1 and words[0].lower() in _ADVERBS else 0
-        words[at] = _verb_after_you(words[at])
-        fact = "you " + " ".join(words)
-    fact = _THE_USER.sub("you", _USER_POSSESSIVE.sub("your", fact))
+        fact = "the user " + fact[subject.end() :]
+    fact = _USER_POSSESSIVE.sub("your", fact)
+    fact = re.sub(r"\bthe\s+user\s+and\s+others\b", "you", fact, flags=re.IGNORECASE)
+    fact = _THE_USER_AND_VERB.sub(_you_and_verb, fact)
     return _first_person_to_second(fact)
+
+
+# "the user" and the verb after it, maybe past an adverb: "the user also lives" → "you also
+# live".
+_THE_USER_AND_VERB = re.compile(
+    r"\bthe\s+user\b(?P<adverb>(?:\s+(?:" + "|".join(sorted(_ADVERBS)) + r"))?)"
+    r"(?:\s+(?P<verb>[A-Za-z'’]+))?",
+    re.IGNORECASE,
+)
+
+
+def _you_and_verb(match: re.Match) -> str:
+    verb = match.group("verb")
+    return "you" + match.group("adverb") + (f" {_verb_after_you(verb)}" if verb else "")
 
 
 def _remembered(fact: str, *, zh: bool, when: str = "") -> str:
@@ -515,6 +649,7 @@ def instruction_calls(text: str, offered: set[str]) -> list[ToolCall]:
     """The tool calls an explicit memory instruction asks for, in a stable order. Only what the
     person tells counts: a question ("What do you remember about me?", "你还记得我叫什么吗？")
     asks for memory, it is not an instruction to write any."""
+    text = person_words(text)
     zh = language_of(text) == "zh"
     told = statements(text)
     if len(told) < len(sentences(text)):
@@ -595,7 +730,7 @@ def _confirmation(calls: tuple[ToolCall, ...], results: dict[str, str], zh: bool
 # "我女儿叫什么？") or their state ("Where do I live?", "我住在哪里？"); not "What should I
 # read next?" or "我该读什么书？".
 _ABOUT_THEM = re.compile(
-    r"\b(?:remember|recall|forget|forgot|told you|did I (?:tell|say|mention))\b|\bmy\b|"
+    r"\b(?:remember|recall|forget|forgot|told you|did I (?:tell|say|mention))\b|\b(?:my|our)\b|"
     r"\b(?:do|did|am|was|have|had)\s+I\s+(?:live|work|study|come|stay|like|love|prefer|hate|"
     r"have|own|drink|eat|do|plan|want|need)\b|\bam I\b|\bwhere I\b|"
     rf"记得|说过|告诉过|提过|提到过|忘了|我的|我(?:家)?(?:{_KIN_ZH})|"
@@ -621,6 +756,20 @@ _MONTHS = (
 ).split()
 
 
+# "What do you remember about me?" lists this many facts of those in the prompt (the most
+# trusted and relevant first: memory_app.selectors.facts_for_injection). When it was shown
+# more, it says how many, and where to see all of them (there may be more than the prompt has).
+RECALL_LISTED = 10
+RECALL_WHERE_EN = (
+    " All of them are on the 我的记忆 (My memory) page, /memory/ (`ethan serve`; "
+    "`ethan password` to sign in), and in `ethan export`'s memory/facts.json."
+)
+RECALL_WHERE_ZH = (
+    "全部记忆在“我的记忆”页面 /memory/（`ethan serve`，`ethan password` 设置登录密码），"
+    "也在 `ethan export` 导出的 memory/facts.json 里。"
+)
+
+
 def _recall_all(facts: list[str], *, zh: bool) -> str:
     """The answer to "What do you remember about me?": the injected facts, said to the person."""
     if not facts:
@@ -629,10 +778,13 @@ def _recall_all(facts: list[str], *, zh: bool) -> str:
             if zh
             else "I don't know much about you yet. Tell me about yourself and I'll remember."
         )
-    told = [_lower_you(told_to_user(fact)) for fact in facts[:5]]
+    told = [_lower_you(told_to_user(fact)) for fact in facts[:RECALL_LISTED]]
+    more = len(facts) - len(told)
     if zh:
-        return "我记得这些：" + "；".join(told) + "。"
-    return "Here is what I remember about you: " + "; ".join(told) + "."
+        answer = "我记得这些：" + "；".join(told) + "。"
+        return answer + (f"还有 {more} 条没列出。{RECALL_WHERE_ZH}" if more else "")
+    answer = "Here is what I remember about you: " + "; ".join(told) + "."
+    return answer + (f" And {more} more.{RECALL_WHERE_EN}" if more else "")
 
 
 def _not_remembered(zh: bool) -> str:
@@ -667,13 +819,18 @@ def _relevance(question: str, fact: str) -> tuple[bool, int]:
     return asked, _shared(question, told_to_user(fact))
 
 
-def _best_part(summary: str, question: str) -> str:
-    """The item of an episode's summary that shares the most words with the question."""
-    body = _SUMMARY_PREFIX.sub("", summary.strip())
-    parts = [_clean(part) for part in re.split(r"[；;]\s*|(?<=[。.!?！？])\s*", body)]
-    return max(
-        (part for part in parts if part), key=lambda part: _shared(question, part), default=""
-    )
+def _best_part(text: str, question: str, *, summary: bool = True) -> str:
+    """The sentence of a remembered text (an episode's summary, its items; or a message) that
+    shares the most words with the question, among those the person said about themselves
+    (_about_them): never a question, a request, or a placeholder ("[file: a.txt]"); "" when
+    none shares a word. A summary's items are split at their separators, never inside a
+    word ("a.txt")."""
+    body = person_words(_SUMMARY_PREFIX.sub("", text.strip()) if summary else text)
+    body = re.sub(r"…$", "", body.strip())  # a cited snippet's cut
+    parts = [_clean(part) for item in re.split(r"[；;]\s*", body) for part in sentences(item)]
+    scored = [(_shared(question, part), part) for part in parts if part and _about_them(part)]
+    best = max(scored, key=lambda item: item[0], default=(0, ""))
+    return best[1] if best[0] else ""
 
 
 def _answer_from_search(result: str, question: str, *, zh: bool) -> str:
@@ -681,31 +838,65 @@ def _answer_from_search(result: str, question: str, *, zh: bool) -> str:
     first, else the best-matching thing the person said (a message, or an item of an episode's
     summary), with its day. Their own questions and Ethan's replies are not answers."""
     hits = [match for line in result.splitlines() if (match := _CITED.match(line.strip()))]
-    facts = [hit for hit in hits if hit["kind"] == "fact" and not is_question(hit["text"])]
+    facts = [hit for hit in hits if hit["kind"] == "fact" and _tells(hit["text"])]
     if facts:
         return _remembered(facts[0]["text"], zh=zh)
     for hit in hits:
-        if hit["kind"] == "fact" or _shared(question, hit["text"]) == 0:
-            continue
-        if hit["kind"] == "message" and (hit["role"] != "user" or is_question(hit["text"])):
+        if hit["kind"] == "fact" or (hit["kind"] == "message" and hit["role"] != "user"):
             continue
         month, day = int(hit["month"]), int(hit["day"])
         when = f"{month}月{day}日" if zh else f"{day} {_MONTHS[month - 1]}"
         if hit["kind"] == "episode":
             part = _best_part(hit["text"], question)
             if part:
-                fact = part if language_of(part) == "zh" else f"User: {part}"
-                return _remembered(fact, zh=zh, when=when)
+                return _remembered(about_user(part), zh=zh, when=when)
             continue
-        said = _clean(hit["text"])
-        return f"你在{when}说过：“{said}”" if zh else f"On {when} you said: “{said}”"
+        said = _best_part(hit["text"], question, summary=False)
+        if said:
+            return f"你在{when}说过：“{said}”" if zh else f"On {when} you said: “{said}”"
     return _not_remembered(zh)
+
+
+def _tells(fact: str) -> bool:
+    """A remembered fact that says something about the person: not a question or a request
+    (stored before they were kept out), in the person's own words or in the third person."""
+    said = _USER_PREFIX.sub("", _clean(fact), count=1)
+    return bool(said) and tells(said)
+
+
+def _about_them(sentence: str) -> bool:
+    """A sentence the person said about themselves, worth quoting back: it tells (not a
+    question or request) and speaks of them ("I…", "my…", 我…) or matches a fact rule; "That
+    worked, thanks" does not."""
+    return tells(sentence) and bool(
+        _SIGNAL.search(sentence)
+        or re.search(r"\b(?:I|I['’]m|my|me|we|our)\b|我", sentence, re.IGNORECASE)
+    )
+
+
+def _unseen_attachments(messages: Sequence[Message]) -> str:
+    """The placeholders of what the person's last message brought beside its text."""
+    if not messages or messages[-1].role != "user":
+        return ""
+    return ", ".join(attachment.placeholder for attachment in messages[-1].attachments)
 
 
 def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     messages = request.messages
     text = _last_user_text(messages)
     zh = language_of(text) == "zh"
+    unseen = _unseen_attachments(messages)
+    if unseen:
+        # The offline model reads text only: it says so, and answers the words as ever.
+        answer, calls = chat(
+            replace(request, messages=(*messages[:-1], replace(messages[-1], attachments=())))
+        )
+        note = (
+            f"（离线模式看不到附件：{unseen}）"
+            if zh
+            else f"(I can't see {unseen} in offline mode.)"
+        )
+        return (f"{note}\n\n{answer}".strip() if answer else note), calls
     # Tool results are in: answer from a search, or confirm what the calls did.
     if messages and messages[-1].role == "tool":
         results: dict[str, str] = {}
@@ -724,10 +915,11 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     if calls:
         return "", tuple(calls)
 
-    if is_question(text):
+    if is_question(text) or is_request(text):
         # Answered from memory: the injected facts first, then the search the memory_search
-        # tool runs (episodes and past messages), answered on the next step.
-        facts = memory_context_facts(request.system)
+        # tool runs (episodes and past messages), answered on the next step. A request about
+        # the person ("Tell me about my daughter") asks as a question does.
+        facts = [fact for fact in memory_context_facts(request.system) if _tells(fact)]
         if _ABOUT_ME_GENERALLY.search(text):
             return _recall_all(facts, zh=zh), ()
         about = _ABOUT_THEM.search(text)
@@ -839,10 +1031,15 @@ def extract(
     seen: set[str] = set()
     for index, text in enumerate(user_texts):
         number = numbers[index] if index < len(numbers) else index + 1
-        for sentence in sentences(text):
-            if is_question(sentence):  # it asks ("Do you remember where I live?"): it tells nothing
-                continue
+        # Each paragraph on its own: a blank line ends what was said before it (person_words
+        # sets the person's lines quoted from a transcript apart so).
+        paragraphs = re.split(r"\n\s*\n", text)
+        for sentence in (part for paragraph in paragraphs for part in sentences(paragraph)):
             strong = bool(_FACT_RULES[0].pattern.search(sentence))
+            # It asks ("Do you remember where I live?", "Tell me about my daughter please."):
+            # it tells nothing about the person.
+            if is_question(sentence) or (is_request(sentence) and not strong):
+                continue
             content = _clean(_STRONG_PREFIX.sub("", sentence))
             if content and (strong or _SIGNAL.search(sentence)) and content not in seen:
                 category, confidence = _categorise(sentence)

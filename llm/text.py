@@ -445,3 +445,240 @@ def time_named(text: str, *, now: datetime) -> TimeSpan | None:
     return TimeSpan(
         start=min(s for s, _e in spans), end=max(e for _s, e in spans), said=tuple(said)
     )
+
+
+# --- requests -----------------------------------------------------------------------------------
+#
+# One rule for "is this a request": a command or a request asks for something ("Tell me about my
+# daughter please.", "Show me my dog's vet records", "帮我查一下我下周的安排"); like a question
+# it tells nothing about the person, so it is never a fact, nor an answer quoted back. An
+# instruction to remember ("Please remember that…", "帮我记住…") tells: it is not a request here.
+
+_REQUEST_VERBS_EN = (
+    r"tell|show|give|list|explain|describe|help|find|search|look\s+up|look\s+for|fetch|get|"
+    r"write|draft|summari[sz]e|translate|remind|make|create|generate|suggest|recommend|check|"
+    r"compare|calculate|send|book|teach|read|fix|answer|say|talk|continue|go\s+on|repeat|"
+    r"plan|prepare|organi[sz]e|schedule|set\s+up|add|delete|remove|forget|recall|name|count|"
+    r"guess|walk\s+me|let\s+me\s+know|let['’]s"
+)
+_REQUEST_EN = re.compile(
+    r"^(?:(?:so|and|but|ok|okay|hey|hi|ethan|now|then|also|just)[,\s]+)*"
+    r"(?:please[,\s]+)?"
+    r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|(?:i\s+(?:want|need|would\s+like)"
+    r"\s+you\s+to)\s+)?"
+    rf"(?:{_REQUEST_VERBS_EN})\b(?!\s+(?:that|to)\b)",
+    re.IGNORECASE,
+)
+_REQUEST_ZH = re.compile(
+    r"^(?:那|那么|对了|嗯|好|好的)?[，,\s]*(?:请|麻烦)?你?(?:能不能|可不可以|能|可以)?"
+    r"(?:帮我|替我|为我|告诉我|给我(?:讲|说|列|写|推荐|看|发|找|查|一个)|跟我(?:说|讲|聊)|"
+    r"和我(?:说|讲|聊)|说说|讲讲|聊聊|介绍一?下|列出|查一?下|查查|找一?下|找找|搜一?下|翻译|"
+    r"总结一?下|推荐|提醒我|安排一?下|计划一下)(?!记住|记下|记一下)"
+)
+
+
+def is_request(text: str) -> bool:
+    """Whether `text` (a sentence, or a short message) asks the assistant to do something: an
+    English imperative opening, maybe after "please" or "can you" ("Tell me…", "Could you show
+    me…", "Please list…"); a Chinese one (告诉我…, 帮我…, 请给我讲讲…, 说说…). An instruction
+    to remember is not a request: it tells ("Remember that I live in Lisbon", "帮我记住…")."""
+    text = (text or "").strip()
+    return bool(text) and bool(_REQUEST_EN.search(text) or _REQUEST_ZH.search(text))
+
+
+def tells(text: str) -> bool:
+    """A sentence that tells rather than asks: neither a question nor a request."""
+    return not is_question(text) and not is_request(text)
+
+
+# --- what the person said -----------------------------------------------------------------------
+#
+# One rule for the words a person said in a message, for everything memory learns (llm.memory's
+# turns, for the offline model and the prompts to language models alike, and the offline chat's
+# memory instructions): transcript markup is left out. A chat app's task prompt (Open WebUI's
+# "### Task: … <chat_history> USER: … ASSISTANT: … </chat_history>") says nothing the person
+# said now: none of it is kept. A transcript pasted into a real message keeps the person's own
+# words around it and their lines in it ("USER:", "Human:"), without the labels; the other
+# side's lines ("ASSISTANT:", "AI:", …) are never the person's words. Tags such as
+# <chat_history> and the placeholders of what is not text ("[image]", "[file: a.txt]") go too.
+
+_SPEAKER = re.compile(
+    r"^\s*(?:\|\|>)?(?:[*_]{1,2})?(?P<who>user|human|me|assistant|ai|bot|model|system|chatgpt|"
+    r"gpt|claude|gemini|ethan|copilot|llama|mistral|response)(?:[*_]{1,2})?\s*[:：](?:[*_]{1,2})?"
+    r"[ \t]?",
+    re.IGNORECASE,
+)
+_PERSON_SPEAKERS = frozenset({"user", "human", "me"})
+_TRANSCRIPT_TAG = re.compile(
+    r"</?\s*(?:chat_history|chat-history|chathistory|history|conversation|transcript|messages?|"
+    r"dialog(?:ue)?|chat|context|previous_messages|text|type)\s*>",
+    re.IGNORECASE,
+)
+# A quoted app prompt opens with a heading that names its task: "### Task:", "**Task:**".
+_APP_PROMPT = re.compile(
+    r"\A\s*(?:#{1,6}\s*)?(?:\*\*)?(?:task|instructions?|system)(?:\*\*)?\s*:", re.IGNORECASE
+)
+_PLACEHOLDER = re.compile(
+    r"\[(?:image|audio|video|tool output|(?:file|tool use|web page|attachment)\s*:[^\]\n]*)\]",
+    re.IGNORECASE,
+)
+
+
+def person_words(text: str) -> str:
+    """What the person said in a message, transcript markup left out (see above). Text with
+    no markup comes back as it is."""
+    text = text or ""
+    lines = text.splitlines()
+    speakers = [_SPEAKER.match(line) for line in lines]
+    tagged = bool(_TRANSCRIPT_TAG.search(text))
+    if not tagged and not any(speakers) and not _PLACEHOLDER.search(text):
+        return text
+    if _APP_PROMPT.match(text) and (tagged or any(speakers)):
+        return ""
+    # Paragraphs of lines: each speaker's turn its own paragraph, so that what was said before
+    # it never runs into it ("This is what I told it:" and "I have two cats…").
+    paragraphs: list[list[str]] = [[]]
+    person = True  # whose line this is: the person's own, until a speaker label says otherwise
+    for line, speaker in zip(lines, speakers, strict=True):
+        if speaker:
+            person = speaker.group("who").lower() in _PERSON_SPEAKERS
+            line = line[speaker.end() :]
+            paragraphs.append([])
+        elif _TRANSCRIPT_TAG.search(line) and line.strip().startswith("</"):
+            person = True  # the end of a quoted transcript: the person speaks again
+            paragraphs.append([])
+        if person:
+            line = _PLACEHOLDER.sub("", _TRANSCRIPT_TAG.sub("", line)).strip()
+            if line:
+                paragraphs[-1].append(line)
+    return "\n\n".join("\n".join(lines) for lines in paragraphs if lines)
+
+
+# --- relative dates in what was said -------------------------------------------------------------
+#
+# A fact outlives the day it was said: "next March" said on 6 December 2026 is March 2027, and
+# read in June it would be wrong. dated() puts the date a relative time names beside it, counted
+# from when it was said ("next March (March 2027)", "下周（2026年12月14日那周）"); the words
+# stay as said. A relative time already dated is left alone.
+
+_EN_MONTHS_TITLE = [name.capitalize() for name in _MONTH_NAMES]
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday".split()
+_DATED_ALREADY = r"(?!\s*[(（])"
+_RELATIVE_EN = re.compile(
+    r"\b(?:(?P<day>the day after tomorrow|tomorrow|tonight|today|yesterday|the day before "
+    r"yesterday)|(?P<which>next|last|this|coming)\s+(?P<unit>week(?:end)?|month|year|"
+    rf"{_MONTH_RE}|{'|'.join(_WEEKDAYS)})|in\s+(?P<n>\d+|a|an|one|two|three|four|five|six|seven|"
+    r"eight|nine|ten|a couple of|a few)\s+(?P<nunit>day|week|month|year)s?|"
+    r"(?P<agon>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|a couple of|a few)\s+"
+    rf"(?P<agounit>day|week|month|year)s?\s+ago)\b{_DATED_ALREADY}",
+    re.IGNORECASE,
+)
+_RELATIVE_ZH_DAYS = {"大前天": -3, "前天": -2, "昨天": -1, "今天": 0, "今晚": 0, "明天": 1,
+                     "明晚": 1, "后天": 2, "大后天": 3}  # fmt: skip
+_RELATIVE_ZH_UNITS = {
+    "上上周": ("week", -2), "上周末": ("weekend", -1), "上周": ("week", -1), "上星期": ("week", -1),
+    "上个星期": ("week", -1), "上礼拜": ("week", -1), "这周末": ("weekend", 0),
+    "本周末": ("weekend", 0), "周末": ("weekend", 0), "这周": ("week", 0), "本周": ("week", 0),
+    "下周末": ("weekend", 1), "下周": ("week", 1), "下星期": ("week", 1), "下个星期": ("week", 1),
+    "下礼拜": ("week", 1), "下个礼拜": ("week", 1), "下下周": ("week", 2),
+    "上个月": ("month", -1), "这个月": ("month", 0), "本月": ("month", 0), "下个月": ("month", 1),
+    "下月": ("month", 1), "月底": ("month_end", 0), "去年": ("year", -1), "今年": ("year", 0),
+    "明年": ("year", 1), "后年": ("year", 2), "前年": ("year", -2), "年底": ("year_end", 0),
+}  # fmt: skip
+_RELATIVE_ZH_TIME = re.compile(
+    "(?P<w>"
+    + "|".join(sorted([*_RELATIVE_ZH_DAYS, *_RELATIVE_ZH_UNITS], key=len, reverse=True))
+    + f"){_DATED_ALREADY}"
+)
+
+
+def _en_day(day: datetime) -> str:
+    return f"{day.day} {_EN_MONTHS_TITLE[day.month - 1]} {day.year}"
+
+
+def _zh_day(day: datetime) -> str:
+    return f"{day.year}年{day.month}月{day.day}日"
+
+
+def _count(word: str) -> int | None:
+    word = word.lower()
+    return int(word) if word.isdigit() else _EN_NUMBERS.get(word)
+
+
+def _en_span(unit: str, offset: int, now: datetime) -> str:
+    start, _end = _unit_span(unit, offset, now)
+    if unit == "day":
+        return _en_day(start)
+    if unit == "week":
+        return f"week of {_en_day(start)}"
+    if unit == "weekend":
+        return f"weekend of {_en_day(start)}"
+    if unit == "month":
+        return f"{_EN_MONTHS_TITLE[start.month - 1]} {start.year}"
+    return str(start.year)
+
+
+def _en_dated(match: re.Match[str], now: datetime) -> str | None:
+    group = match.groupdict()
+    if group["day"]:
+        offsets = {"the day after tomorrow": 2, "tomorrow": 1, "tonight": 0, "today": 0,
+                   "yesterday": -1, "the day before yesterday": -2}  # fmt: skip
+        return _en_span("day", offsets[" ".join(group["day"].lower().split())], now)
+    if group["n"] or group["agon"]:
+        count = _count(group["n"] or group["agon"])
+        if count is None:
+            return None
+        unit = (group["nunit"] or group["agounit"]).lower()
+        return _en_span(unit, count if group["n"] else -count, now)
+    which, unit = group["which"].lower(), group["unit"].lower()
+    step = {"next": 1, "coming": 1, "last": -1, "this": 0}[which]
+    if unit in ("week", "weekend", "month", "year"):
+        return _en_span(unit, step, now)
+    if unit in _MONTH:  # "next March": the first March after this month; "last May" before it
+        month = _MONTH[unit]
+        year = now.year
+        if step > 0 and month <= now.month:
+            year += 1
+        elif step < 0 and month >= now.month:
+            year -= 1
+        return f"{_EN_MONTHS_TITLE[month - 1]} {year}"
+    weekday = _WEEKDAYS.index(unit)  # "next Friday": the first Friday after today
+    days = (weekday - now.weekday()) % 7
+    if step > 0:
+        days = days or 7
+    elif step < 0:
+        days = days - 7 if days else -7
+    return _en_day(now + timedelta(days=days))
+
+
+def _zh_dated(word: str, now: datetime) -> str:
+    if word in _RELATIVE_ZH_DAYS:
+        return _zh_day(now + timedelta(days=_RELATIVE_ZH_DAYS[word]))
+    unit, offset = _RELATIVE_ZH_UNITS[word]
+    if unit == "month_end":
+        return f"{now.year}年{now.month}月底"
+    if unit == "year_end":
+        return f"{now.year}年底"
+    start, _end = _unit_span(unit, offset, now)
+    if unit == "week":
+        return f"{_zh_day(start)}那周"
+    if unit == "weekend":
+        return f"{_zh_day(start)}那个周末"
+    if unit == "month":
+        return f"{start.year}年{start.month}月"
+    return f"{start.year}年"
+
+
+def dated(text: str, *, said_at: datetime) -> str:
+    """`text` with the date each relative time in it names put beside it, counted from
+    `said_at` (in the person's time zone): "a trip to Kyoto next March" → "a trip to Kyoto
+    next March (March 2027)", "下周去东京" → "下周（2026年12月14日那周）去东京"."""
+
+    def en(match: re.Match[str]) -> str:
+        when = _en_dated(match, said_at)
+        return f"{match.group(0)} ({when})" if when else match.group(0)
+
+    text = _RELATIVE_EN.sub(en, text or "")
+    return _RELATIVE_ZH_TIME.sub(
+        lambda m: f"{m.group(0)}（{_zh_dated(m.group('w'), said_at)}）", text
+    )

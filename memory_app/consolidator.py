@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -26,7 +26,7 @@ from django.utils import timezone
 import llm
 from llm import memory as llm_memory
 from llm.offline import fact_slot
-from llm.text import terms
+from llm.text import dated, terms
 from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
 from memory_app import services
@@ -505,6 +505,13 @@ def consolidation_finish_sessions(
     return finished
 
 
+def _said_at(sources: list[Message]):
+    """When a fact was said, in the person's time zone: its last source's time (an imported
+    message keeps its own), else now. A relative date in the fact counts from it (dated)."""
+    times = [message.created_at for message in sources if message.created_at]
+    return timezone.localtime(max(times)) if times else timezone.localtime()
+
+
 def _store_extraction(
     session: ChatSession,
     extraction: llm_memory.Extraction,
@@ -521,17 +528,18 @@ def _store_extraction(
     be a source). Over several sessions (`sessions`, by id), a fact belongs to the session of
     its first source; a fact with sources, none of them in `sessions`, is not stored."""
     for item in extraction.facts:
+        sources = [
+            said[number - 1 - offset]
+            for number in item.turns
+            if offset < number <= len(said) + offset and said[number - 1 - offset] is not None
+        ]
+        item = replace(item, content=dated(item.content, said_at=_said_at(sources)))
         if not extraction.judged:  # the offline model: the documented rules decide
             pool = closest_facts(owner=session.owner, text=item.content, limit=50)
             action, target = decide_offline(item, pool)
         else:
             action = item.action
             target = known[item.target - 1] if item.target else None
-        sources = [
-            said[number - 1 - offset]
-            for number in item.turns
-            if offset < number <= len(said) + offset and said[number - 1 - offset] is not None
-        ]
         owner_of = session
         if sessions is not None:
             if item.turns and not sources:

@@ -116,7 +116,7 @@ def test_a_conversation_closed_idle_is_remembered_and_a_new_one_asks_about_it(
         assert sessions_finish_idle_task() == 1
     queue.run_deferred()
     assert sorted(Fact.objects.values_list("content", flat=True)) == [
-        "User: I live in Lisbon",
+        "The user lives in Lisbon",
         "用户对花生过敏",
     ]
 

@@ -42,7 +42,7 @@ def calls(text: str) -> list[tuple[str, dict]]:
             [
                 (
                     "memory_write",
-                    {"content": "User: my sister lives in Lisbon", "category": "knowledge"},
+                    {"content": "The user's sister lives in Lisbon", "category": "knowledge"},
                 )
             ],
         ),
@@ -51,7 +51,7 @@ def calls(text: str) -> list[tuple[str, dict]]:
             [
                 (
                     "memory_write",
-                    {"content": "User: I prefer short answers", "category": "preference"},
+                    {"content": "The user prefers short answers", "category": "preference"},
                 )
             ],
         ),
@@ -338,20 +338,20 @@ def test_offline_extraction_categories_and_strong_signal_confidences():
 
     extraction = memory.extract(model="offline", rounds=ROUNDS_EN)
     assert [(f.content, f.category, f.importance) for f in extraction.facts] == [
-        ("User: I am a backend engineer and I live in Porto", "knowledge", 0.8),
-        ("User: I prefer short answers", "preference", 0.9),
-        ("User: the launch is on Friday", "knowledge", 0.95),
-        ("User: We decided to ship the beta first", "decision", 0.8),
+        ("The user is a backend engineer and the user lives in Porto", "knowledge", 0.8),
+        ("The user prefers short answers", "preference", 0.9),
+        ("The launch is on Friday", "knowledge", 0.95),
+        ("The user and others decided to ship the beta first", "decision", 0.8),
     ]
 
 
 @pytest.mark.parametrize(
     ("said", "facts"),
     [
-        ("Remember that my dog is called Max.", [("User: my dog is called Max", 0.95)]),
-        ("Can you remember that I live in Lisbon?", [("User: I live in Lisbon", 0.95)]),
-        ("Ok, remember: my wife is Ana.", [("User: my wife is Ana", 0.95)]),
-        ("Thanks. Remember that my son is Leo.", [("User: my son is Leo", 0.95)]),
+        ("Remember that my dog is called Max.", [("The user's dog is called Max", 0.95)]),
+        ("Can you remember that I live in Lisbon?", [("The user lives in Lisbon", 0.95)]),
+        ("Ok, remember: my wife is Ana.", [("The user's wife is Ana", 0.95)]),
+        ("Thanks. Remember that my son is Leo.", [("The user's son is Leo", 0.95)]),
         # Reminiscing, or asking for a reminder: no instruction to keep anything.
         ("I remember when I did my first play.", []),
         ("Remember to take care of yourself.", []),
@@ -366,14 +366,14 @@ def test_reminiscing_is_not_an_instruction_to_write_memory():
     assert not say("I remember when I did my first play.", tools=TOOLS).tool_calls
     assert not say("Remember to take care of yourself.", tools=TOOLS).tool_calls
     [call] = say("Please remember that I'm allergic to nuts.", tools=TOOLS).tool_calls
-    assert call.arguments["content"] == "User: I'm allergic to nuts"
+    assert call.arguments["content"] == "The user is allergic to nuts"
 
 
 def test_offline_psych_extraction_only_when_asked():
     zh = memory.extract(model="offline", rounds=ROUNDS_ZH, psych=True)
     assert zh.psych == ("最近压力很大，晚上失眠", "听音乐能让用户放松")
     en = memory.extract(model="offline", rounds=ROUNDS_EN, psych=True)
-    assert en.psych == ("User: I'm so stressed lately", "User: Long walks make me feel calm")
+    assert en.psych == ("The user is so stressed lately", "Long walks make the user feel calm")
 
 
 @pytest.mark.parametrize(
@@ -382,17 +382,17 @@ def test_offline_psych_extraction_only_when_asked():
         ("我在杭州做后端工程师", "用户在杭州做后端工程师", "knowledge"),
         (
             "I work at Acme as a backend engineer",
-            "User: I work at Acme as a backend engineer",
+            "The user works at Acme as a backend engineer",
             "knowledge",
         ),
         ("我是老师", "用户是老师", "knowledge"),
         ("我住在成都", "用户住在成都", "knowledge"),
-        ("I live in Lisbon", "User: I live in Lisbon", "knowledge"),
+        ("I live in Lisbon", "The user lives in Lisbon", "knowledge"),
         ("我女儿叫小米", "用户女儿叫小米", "knowledge"),
         ("我家的猫叫 Miso", "用户家的猫叫 Miso", "knowledge"),
-        ("my dog Max loves the beach", "User: my dog Max loves the beach", "knowledge"),
+        ("my dog Max loves the beach", "The user's dog Max loves the beach", "knowledge"),
         ("下周去东京", "用户下周去东京", "decision"),
-        ("I'm flying to Oslo next week", "User: I'm flying to Oslo next week", "decision"),
+        ("I'm flying to Oslo next week", "The user is flying to Oslo next week", "decision"),
     ],
 )
 def test_plain_self_statements_are_facts_at_the_designs_confidence(said, fact, category):
@@ -428,7 +428,7 @@ def test_a_question_about_memory_writes_nothing(question):
 
 def test_a_message_that_tells_and_asks_writes_what_it_tells():
     assert calls("Remember that my dog is called Max. Got it?") == [
-        ("memory_write", {"content": "User: my dog is called Max", "category": "knowledge"})
+        ("memory_write", {"content": "The user's dog is called Max", "category": "knowledge"})
     ]
     extraction = memory.extract(
         model="offline", rounds=[Message.user("你还记得我住在哪吗？我住在里斯本。")]
@@ -559,23 +559,23 @@ def test_a_question_about_something_else_searches_nothing():
         ("我养了一只猫，叫 Miso", "用户养了一只猫，叫 Miso", "knowledge"),
         ("我来自巴西", "用户来自巴西", "knowledge"),
         ("我不吃辣", "用户不吃辣", "preference"),
-        ("I'm going to learn Japanese", "User: I'm going to learn Japanese", "decision"),
-        ("I'm planning to visit Rome", "User: I'm planning to visit Rome", "decision"),
-        ("I work at Acme", "User: I work at Acme", "knowledge"),
-        ("I work as a nurse", "User: I work as a nurse", "knowledge"),
-        ("My wife is called Ana", "User: My wife is called Ana", "knowledge"),
-        ("My husband is called Tom", "User: My husband is called Tom", "knowledge"),
-        ("My partner is called Sam", "User: My partner is called Sam", "knowledge"),
-        ("My son is called Leo", "User: My son is called Leo", "knowledge"),
-        ("My daughter is called Mia", "User: My daughter is called Mia", "knowledge"),
-        ("My dog is called Max", "User: My dog is called Max", "knowledge"),
-        ("I'm allergic to peanuts", "User: I'm allergic to peanuts", "knowledge"),
-        ("I moved to Porto", "User: I moved to Porto", "knowledge"),
-        ("I live in Lisbon", "User: I live in Lisbon", "knowledge"),
-        ("I got a new job at Globex", "User: I got a new job at Globex", "knowledge"),
-        ("I'm vegetarian", "User: I'm vegetarian", "knowledge"),
-        ("I have two kids", "User: I have two kids", "knowledge"),
-        ("I don't eat pork", "User: I don't eat pork", "preference"),
+        ("I'm going to learn Japanese", "The user is going to learn Japanese", "decision"),
+        ("I'm planning to visit Rome", "The user is planning to visit Rome", "decision"),
+        ("I work at Acme", "The user works at Acme", "knowledge"),
+        ("I work as a nurse", "The user works as a nurse", "knowledge"),
+        ("My wife is called Ana", "The user's wife is called Ana", "knowledge"),
+        ("My husband is called Tom", "The user's husband is called Tom", "knowledge"),
+        ("My partner is called Sam", "The user's partner is called Sam", "knowledge"),
+        ("My son is called Leo", "The user's son is called Leo", "knowledge"),
+        ("My daughter is called Mia", "The user's daughter is called Mia", "knowledge"),
+        ("My dog is called Max", "The user's dog is called Max", "knowledge"),
+        ("I'm allergic to peanuts", "The user is allergic to peanuts", "knowledge"),
+        ("I moved to Porto", "The user moved to Porto", "knowledge"),
+        ("I live in Lisbon", "The user lives in Lisbon", "knowledge"),
+        ("I got a new job at Globex", "The user got a new job at Globex", "knowledge"),
+        ("I'm vegetarian", "The user is vegetarian", "knowledge"),
+        ("I have two kids", "The user has two kids", "knowledge"),
+        ("I don't eat pork", "The user doesn't eat pork", "preference"),
     ],
 )
 def test_more_plain_self_statements_are_facts_with_their_turn(said, fact, category):

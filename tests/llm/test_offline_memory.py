@@ -37,8 +37,8 @@ def test_multi_line_turns_and_tool_steps():
     assert facts(MULTI_LINE) == [
         ("用户有两个孩子\n一个三岁，一个五岁", "knowledge", 0.8, "ADD", None),
         ("用户更喜欢早上开会", "preference", 0.9, "ADD", None),
-        ("User: my badge number is 42", "knowledge", 0.95, "ADD", None),
-        ("User: We decided to move to Porto", "decision", 0.8, "ADD", None),
+        ("The user's badge number is 42", "knowledge", 0.95, "ADD", None),
+        ("The user and others decided to move to Porto", "decision", 0.8, "ADD", None),
     ]
 
 
@@ -51,7 +51,7 @@ def test_an_episode_with_its_earlier_summary():
         ("[对话摘要]\n用户提到：用户喜欢咖啡", "preference", 0.8, "ADD", None),
         ("用户住在杭州", "knowledge", 0.8, "ADD", None),
         ("用户打算下个月去东京", "decision", 0.8, "ADD", None),
-        ("User: I prefer window seats", "preference", 0.9, "ADD", None),
+        ("The user prefers window seats", "preference", 0.9, "ADD", None),
     ]
 
 

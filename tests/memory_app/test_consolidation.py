@@ -530,10 +530,10 @@ def test_a_plain_self_statement_comes_back_when_asked_about(owner, llm_config):
     assert daughter.confidence == 0.8 and daughter.sources.get().content.startswith("我女儿")
     for question, expected in (
         ("我女儿叫什么名字？", daughter.content),
-        ("When am I flying to Oslo?", "User: I'm flying to Oslo next week"),
+        ("When am I flying to Oslo?", "The user is flying to Oslo next week ("),
     ):
         system = build_system(owner=owner, mode="work", path="full", text=question)
-        assert expected in [fact.content for fact in system.facts], question
+        assert [fact for fact in system.facts if fact.content.startswith(expected)], question
 
 
 # --- one "due" rule for the turn and the catch-up sweep -----------------------------------------
