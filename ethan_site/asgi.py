@@ -2,8 +2,9 @@
 webhook, /healthz) and the MCP SDK's streamable HTTP app at /mcp, in one process.
 
 `make serve` runs it under uvicorn (ethan_site.serve, `ethan serve`); any ASGI server can:
-`uvicorn ethan_site.asgi:application`. Its lifespan starts the MCP session manager and, at
-shutdown, lets the turns still running finish for up to ETHAN_DRAIN_SECONDS (channels.turns).
+`uvicorn ethan_site.asgi:application`. Its lifespan starts the MCP session manager and, without
+a broker, the periodic work (ethan_site.periodic); at shutdown it stops that and lets the turns
+still running finish for up to ETHAN_DRAIN_SECONDS (channels.turns).
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ from channels.turns import TURNS  # noqa: E402
 from channels.web import TurnAnswer  # noqa: E402
 from ethan_site.errors import exception_answer  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
+from ethan_site.periodic import PERIODIC  # noqa: E402
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
@@ -175,8 +177,10 @@ class Doors:
                 _serving_gc(True)
                 _threads_keep_connections(True)
                 TURNS.admitting()
+                PERIODIC.start()  # without a broker, the periodic tasks (ethan_site.periodic)
             elif message["type"] == "lifespan.shutdown":
                 self.stop()
+                await asyncio.to_thread(PERIODIC.stop)
                 await TURNS.drain()
                 # The model clients' connections, closed with the loop they belong to.
                 await llm.aclose()

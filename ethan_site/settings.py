@@ -290,8 +290,14 @@ ETHAN_FACT_CAPACITY = _config.positive("ETHAN_FACT_CAPACITY", 1000)
 # Active behavioural rules kept per owner: every one of them is in every turn's system prompt,
 # so a new rule past this is refused (switch one off first) rather than growing the prompt.
 ETHAN_PROCEDURE_CAPACITY = _config.positive("ETHAN_PROCEDURE_CAPACITY", 30)
-# API and Lark sessions idle this long are closed (ended_at set, episode written) by beat.
-ETHAN_SESSION_IDLE_MINUTES = _config.positive("ETHAN_SESSION_IDLE_MINUTES", 30)
+# API and Lark sessions idle this long are closed (ended_at set, episode written) by the
+# sessions.close_idle periodic task. A fraction is taken (0.05: three seconds).
+ETHAN_SESSION_IDLE_MINUTES = _config.get("ETHAN_SESSION_IDLE_MINUTES", 30.0, float)
+if not ETHAN_SESSION_IDLE_MINUTES > 0:
+    raise ConfigError(
+        f"ETHAN_SESSION_IDLE_MINUTES from {_config.source_of('ETHAN_SESSION_IDLE_MINUTES')}: "
+        f"must be above 0, not {ETHAN_SESSION_IDLE_MINUTES}"
+    )
 # Past episodes recalled into the full path's system prompt: at most this many tokens.
 ETHAN_EPISODE_RECALL_TOKENS = _config.positive("ETHAN_EPISODE_RECALL_TOKENS", 600)
 # The agent turn: model calls per turn at most (the tool loop's bound), and the longest message.
@@ -568,6 +574,15 @@ CELERY_TASK_ROUTES = {
     "episodes.*": {"queue": "memory"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Without a broker the web server runs the periodic tasks itself (ethan_site.periodic), each
+# every period of ethan_site.schedule times ETHAN_PERIODIC_SCALE (0.01: five minutes become
+# three seconds, to watch it work or test it). Beat, with a broker, runs the declared periods.
+ETHAN_PERIODIC_SCALE = _config.get("ETHAN_PERIODIC_SCALE", 1.0, float)
+if not ETHAN_PERIODIC_SCALE > 0:
+    raise ConfigError(
+        f"ETHAN_PERIODIC_SCALE from {_config.source_of('ETHAN_PERIODIC_SCALE')}: must be above "
+        f"0, not {ETHAN_PERIODIC_SCALE}"
+    )
 
 # --- Logging ---------------------------------------------------------------------------------
 
