@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -38,13 +38,13 @@ from agent_app.prompts import SystemPrompt, build_system
 from agent_app.tools import TOOL_SPECS, run_tool
 from ethan_site.limits import UnstorableText, storable_text
 from ethan_site.queue import enqueue
-from llm.types import ToolCall
+from llm.types import AUTO, NO_SAMPLING, Attachment, Sampling, ToolCall, ToolChoice
 from memory_app import services as memory_services
 from memory_app.tasks import consolidation_run_task
 from memory_app.working import consolidation_due, context_assemble, context_parts
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import session_questions
+from sessions_app.selectors import round_tool_messages, session_questions
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,42 @@ class TurnInputError(ValueError):
 
 
 # --- the plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientStep:
+    """The results of a chat app's own tools that its request brings back: the assistant
+    message whose calls they answer (`text`, `calls`, as the app holds it) and each result
+    (call id, tool name, text)."""
+
+    text: str
+    calls: tuple[ToolCall, ...]
+    results: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(frozen=True)
+class ClientPart:
+    """A chat app's own part of a turn (/v1; docs/openai.md): its tools, offered to the model
+    beside Ethan's memory tools (a call to one of them ends the turn: the app runs it and
+    sends the result back, `step`), its tool choice and sampling, its length limit, and what
+    its question brings beside the text (images, sound, files: never stored)."""
+
+    tools: tuple[llm.ToolSpec, ...] = ()
+    tool_choice: ToolChoice = AUTO
+    parallel_tool_calls: bool | None = None
+    sampling: Sampling = NO_SAMPLING
+    max_tokens: int | None = None
+    attachments: tuple[Attachment, ...] = ()
+    step: ClientStep | None = None
+    # A request that only serves the app (a title, tags, follow-ups: channels.openai.
+    # housekeeping) or asks for no memory (`ethan-plain`): the model answers these messages
+    # as they are, with no memory injected, no memory tools, and nothing stored.
+    transcript: tuple[llm.Message, ...] | None = None
+
+
+# Ethan's own tool, offered under this prefix when a chat app brings a tool of the same name:
+# the model tells them apart, and a call runs the one it named (docs/openai.md).
+ETHAN_TOOL_PREFIX = "ethan_"
 
 
 @dataclass(frozen=True)
@@ -89,6 +125,19 @@ class TurnPlan:
     # False: the turn's right has gone to another; that write is undone and the turn stops
     # (TurnSuperseded), so only the holder stores an answer.
     fence: Callable[[ChatSession, Message | None], bool] | None = None
+    # A chat app's own tools, choices and attachments (ClientPart); None at every other door.
+    # With a `step`, the turn goes on from the app's tool results: `text` is the question
+    # already stored, and nothing new is stored for it.
+    client: ClientPart | None = None
+
+    @property
+    def continuing(self) -> bool:
+        return self.client is not None and self.client.step is not None
+
+    @property
+    def plain(self) -> bool:
+        """The turn leaves nothing behind (ClientPart.transcript)."""
+        return self.client is not None and self.client.transcript is not None
 
 
 class TurnSuperseded(Exception):
@@ -132,6 +181,7 @@ def turn_plan(
     history: tuple[tuple[str, str], ...] = (),
     instructions: str = "",
     fence: Callable[[ChatSession, Message | None], bool] | None = None,
+    client: ClientPart | None = None,
 ) -> TurnPlan:
     """Validate a turn before anything is written; raises TurnInputError. The one validator of
     a turn's input: every door checks only its own types and wire format, then asks this."""
@@ -159,6 +209,9 @@ def turn_plan(
         llm.check_model(model)
     if again and (session is None or not session.is_persisted):
         raise TurnInputError("only a stored conversation can be answered again", field="session")
+    if client is not None and client.step is not None:
+        for _, _, result in client.step.results:
+            _storable("message", "a tool's result", result)
     if history and session is not None and session.is_persisted:
         # Stored messages are never rewritten: a history goes into a session of its own.
         raise TurnInputError(
@@ -176,6 +229,7 @@ def turn_plan(
         history=tuple(history),
         instructions=instructions.strip(),
         fence=fence,
+        client=client,
     )
 
 
@@ -238,6 +292,9 @@ class Done:
     model_calls: int
     tool_calls: int
     offline: bool
+    # The chat app's own tools the model called (ClientPart): the turn ends here, the app
+    # runs them and sends their results back. `reply` is the text before the calls.
+    client_tool_calls: tuple[ToolCall, ...] = ()
     name = "done"
 
 
@@ -267,6 +324,7 @@ def event_payload(event: TurnEvent) -> dict[str, Any]:
             "output_tokens": payload.pop("output_tokens"),
         }
         del payload["offline"]
+        del payload["client_tool_calls"]  # only /v1 has them, in its own wire format
     if isinstance(event, Failed) and event.kind == "database":
         # A database's own words may name hosts or tables: a web client gets these instead.
         payload["detail"] = (
@@ -318,13 +376,16 @@ class TurnStream:
         place under its caps, channels.turns)."""
         self._ended.append(callback)
 
+    def _generator(self, io: turn_io.TurnIO) -> AsyncIterator[TurnEvent]:
+        if self.plan.plain:
+            return _plain_events(self.plan, io, self._ended)
+        return _events(self.plan, self.session, self.token, io, self._ended)
+
     @property
     def events(self) -> Iterator[TurnEvent]:
         if self._sync is None:
             assert self._async is None, "a turn is read one way only"
-            self._sync = turn_io.driven(
-                _events(self.plan, self.session, self.token, turn_io.SYNC, self._ended)
-            )
+            self._sync = turn_io.driven(self._generator(turn_io.SYNC))
         return self._sync
 
     def __iter__(self) -> Iterator[TurnEvent]:
@@ -333,7 +394,7 @@ class TurnStream:
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
         if self._async is None:
             assert self._sync is None, "a turn is read one way only"
-            self._async = _events(self.plan, self.session, self.token, turn_io.ASYNC, self._ended)
+            self._async = self._generator(turn_io.ASYNC)
         return self._async
 
     def close(self) -> None:
@@ -369,6 +430,8 @@ def turn_start(plan: TurnPlan) -> TurnStream:
         session = session_services.session_start(
             owner=plan.owner, model=plan.model, mode=plan.mode, channel=plan.channel
         )
+    if plan.plain:  # nothing to store, no session to claim: a session never written
+        return TurnStream(plan=plan, session=session)
     if not session.is_persisted:
         session.model = plan.model
     try:
@@ -417,6 +480,8 @@ def _store_question(plan: TurnPlan, session: ChatSession, *, claim: bool) -> Mes
             session=session, role=role, content=content, claim_stale_seconds=claim_seconds
         )
         claim_seconds = None
+    if plan.continuing:
+        return _store_client_step(plan, session, claim_seconds=claim_seconds, claim=claim)
     if plan.again:
         if claim:
             _claim(session, wait_seconds=0)
@@ -427,6 +492,68 @@ def _store_question(plan: TurnPlan, session: ChatSession, *, claim: bool) -> Mes
         content=plan.text,
         claim_stale_seconds=claim_seconds,
     )
+
+
+def _store_client_step(
+    plan: TurnPlan, session: ChatSession, *, claim_seconds: float | None, claim: bool
+) -> None:
+    """Store the chat app's tool results (after the calls they answer, when the session does
+    not hold them: a conversation brought along). A result already stored (the same request
+    sent again) is not stored twice. The session is claimed by the first append, or apart
+    when there is none."""
+    step = plan.client.step
+    stored = round_tool_messages(session=session) if session.is_persisted else []
+    called = {call["id"] for row in stored for call in row.tool_calls or ()}
+    answered = {row.tool_call_id for row in stored if row.role == Message.Role.TOOL}
+    if not {call.id for call in step.calls} <= called:
+        session_services.message_append(
+            session=session,
+            role=Message.Role.ASSISTANT,
+            content=step.text,
+            tool_calls=[_client_call_json(call) for call in step.calls],
+            claim_stale_seconds=claim_seconds,
+        )
+        claim_seconds = None
+    for call_id, _, result in step.results:
+        if call_id in answered:
+            continue
+        session_services.message_append(
+            session=session,
+            role=Message.Role.TOOL,
+            content=result,
+            tool_call_id=call_id,
+            claim_stale_seconds=claim_seconds,
+        )
+        claim_seconds = None
+    if claim and claim_seconds is not None:  # nothing stored: claimed apart
+        _claim(session, wait_seconds=0)
+    return None
+
+
+def _client_call_json(call: ToolCall) -> dict[str, Any]:
+    """A call to one of the chat app's tools, as stored: marked, so a later turn knows it ran
+    in the app, not here."""
+    return {**call.to_json(), "client": True}
+
+
+def _round_tool_context(session: ChatSession) -> list[llm.Message]:
+    """The latest round's tool traffic as the model must see it to go on from a chat app's
+    tool results: each step's calls, then their results. The rounds of the context leave
+    tool traffic out (sessions_app.rounds); a turn that goes on in the middle of one needs it."""
+    names: dict[str, str] = {}
+    context: list[llm.Message] = []
+    for row in round_tool_messages(session=session):
+        if row.role == Message.Role.TOOL:
+            name = names.get(row.tool_call_id, "")
+            context.append(llm.Message.tool(row.tool_call_id, row.content, name=name))
+            continue
+        calls = tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"], meta=c.get("meta"))
+            for c in row.tool_calls or ()
+        )
+        names.update((call.id, call.name) for call in calls)
+        context.append(llm.Message.assistant(row.content, calls))
+    return context
 
 
 def _fenced(plan: TurnPlan, session: ChatSession, question: Message | None = None) -> None:
@@ -561,6 +688,57 @@ async def _events(
             _ended(ended)
 
 
+async def _plain_events(
+    plan: TurnPlan, io: turn_io.TurnIO, ended: list[Callable[[], None]]
+) -> AsyncIterator[TurnEvent]:
+    """A turn that leaves nothing behind (ClientPart.transcript): the model answers the chat
+    app's messages as they are, with the app's own instructions, tools and sampling, and no
+    memory. The events are a turn's, so the door answers it as any other."""
+    client = plan.client
+    try:
+        yield Started(session_id="", path=plan.path, model=plan.model)
+        completion = None
+        try:
+            async for event in io.model(
+                model=plan.model,
+                system=plan.instructions,
+                messages=client.transcript,
+                tools=client.tools if client.tool_choice.mode != "none" else (),
+                tool_choice=client.tool_choice if client.tool_choice.mode != "none" else AUTO,
+                parallel_tool_calls=client.parallel_tool_calls,
+                sampling=client.sampling,
+                max_tokens=client.max_tokens or SETTINGS[plan.path].max_tokens,
+            ):
+                if isinstance(event, llm.TextDelta):
+                    if event.text:
+                        yield Delta(text=event.text)
+                else:
+                    completion = event.completion
+        except llm.ModelError as exc:
+            unavailable = isinstance(exc, llm.ModelUnavailable)
+            yield Failed(
+                kind="model_unavailable" if unavailable else "model_failed",
+                detail=str(exc),
+                retryable=unavailable,
+                session_id="",
+            )
+            return
+        yield Done(
+            session_id="",
+            reply=completion.text,
+            path=plan.path,
+            model=plan.model,
+            input_tokens=completion.usage.input_tokens,
+            output_tokens=completion.usage.output_tokens,
+            model_calls=1,
+            tool_calls=0,
+            offline=bool(completion.meta.get("offline")),
+            client_tool_calls=completion.tool_calls,
+        )
+    finally:
+        _ended(ended)
+
+
 def _ended(callbacks: list[Callable[[], None]]) -> None:
     while callbacks:
         callbacks.pop(0)()
@@ -580,8 +758,15 @@ async def _answer(
         # context (it stays stored; the new reply supersedes it, sessions_app.rounds).
         while context and context[-1].role == Message.Role.ASSISTANT:
             context.pop()
+    client = plan.client or ClientPart()
+    if plan.continuing:
+        # Going on from the chat app's tool results: the round's steps, then its results.
+        context += await io.db(_round_tool_context, session)
+    elif client.attachments and context and context[-1].role == Message.Role.USER:
+        # The question as stored holds the attachments' placeholders; the model gets them.
+        context[-1] = replace(context[-1], attachments=client.attachments)
     unmarked = system.facts  # injected facts count as used: marked once the model answers
-    tools = TOOL_SPECS if path_settings.tools else ()
+    offered = _OfferedTools(ethan=TOOL_SPECS if path_settings.tools else (), client=client)
     max_calls = settings.ETHAN_TURN_MAX_MODEL_CALLS
     input_tokens = output_tokens = tool_count = 0
     offline = False
@@ -594,8 +779,10 @@ async def _answer(
             model=plan.model,
             system=system.text,
             messages=context,
-            tools=tools if step < max_calls else (),
-            max_tokens=path_settings.max_tokens,
+            max_tokens=client.max_tokens or path_settings.max_tokens,
+            sampling=client.sampling,
+            parallel_tool_calls=client.parallel_tool_calls,
+            **offered.for_step(first=step == 1, last=step == max_calls),
         ):
             if unmarked:
                 # Off the path to the first words: the UPDATE (a commit of its own) runs once
@@ -612,7 +799,38 @@ async def _answer(
         offline = offline or bool(completion.meta.get("offline"))
         # On the last allowed call tools were not offered: calls a model sends anyway are
         # not run, and what it wrote is the reply.
-        if not completion.tool_calls or step == max_calls:
+        if step == max_calls:
+            completion = replace(completion, tool_calls=())
+        calls = offered.resolved(completion.tool_calls)
+        client_calls = tuple(call for call, ours in calls if not ours)
+        if client_calls:
+            # The chat app runs these: Ethan's own calls beside them run here and are stored
+            # with the step, and the turn ends; the app's results come back in its next
+            # request (plan.continuing).
+            for call, ours in calls:
+                if ours:
+                    yield ToolCalled(tool=call.name, arguments=call.arguments)
+            results = await io.db(
+                _tool_step_write, plan=plan, session=session, completion=completion, calls=calls
+            )
+            for (call, _), result in zip([c for c in calls if c[1]], results, strict=True):
+                yield ToolResult(
+                    tool=call.name, ok=not result.startswith("error:"), summary=result[:200]
+                )
+            yield Done(
+                session_id=session.pk,
+                reply=completion.text,
+                path=plan.path,
+                model=plan.model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                model_calls=step,
+                tool_calls=tool_count + len(results),
+                offline=offline,
+                client_tool_calls=client_calls,
+            )
+            return
+        if not completion.tool_calls:
             await io.db(_reply_write, plan=plan, session=session, text=completion.text, token=token)
             yield Done(
                 session_id=session.pk,
@@ -626,15 +844,59 @@ async def _answer(
                 offline=offline,
             )
             return
-        for call in completion.tool_calls:
+        for call, _ in calls:
             yield ToolCalled(tool=call.name, arguments=call.arguments)
-        results = await io.db(_tool_step_write, plan=plan, session=session, completion=completion)
+        results = await io.db(
+            _tool_step_write, plan=plan, session=session, completion=completion, calls=calls
+        )
         context.append(completion.as_message())
         for call, result in zip(completion.tool_calls, results, strict=True):
             context.append(llm.Message.tool(call.id, result, name=call.name))
             ok = not result.startswith("error:")
             yield ToolResult(tool=call.name, ok=ok, summary=result[:200])
         tool_count += len(results)
+
+
+class _OfferedTools:
+    """Which tools a turn offers the model at each step, and whose a call is.
+
+    Ethan's memory tools (on the paths that have them) and a chat app's own. An app's tool of
+    the same name as one of Ethan's keeps its name; Ethan's is offered as `ethan_<name>`, so a
+    call runs the tool the model named and never the other. The app's tool choice: `none`
+    offers only Ethan's; `required` or a named function offers only the app's on the first
+    step (Ethan's memory is in the prompt already), as the app asked."""
+
+    def __init__(self, *, ethan: tuple[llm.ToolSpec, ...], client: ClientPart):
+        self.client = client
+        names = {tool.name for tool in client.tools}
+        self.client_names = names if client.tool_choice.mode != "none" else set()
+        self.ethan = {
+            (ETHAN_TOOL_PREFIX + tool.name if tool.name in names else tool.name): tool
+            for tool in ethan
+        }
+
+    def for_step(self, *, first: bool, last: bool) -> dict[str, Any]:
+        """The tools and tool choice of one model call (none on the last allowed one)."""
+        if last:
+            return {"tools": (), "tool_choice": AUTO}
+        choice = self.client.tool_choice
+        ours = tuple(replace(tool, name=name) for name, tool in self.ethan.items())
+        if choice.mode == "none":
+            return {"tools": ours, "tool_choice": AUTO}
+        if first and choice.mode in ("required", "function"):
+            return {"tools": self.client.tools, "tool_choice": choice}
+        return {"tools": ours + self.client.tools, "tool_choice": AUTO}
+
+    def resolved(self, calls: tuple[ToolCall, ...]) -> list[tuple[ToolCall, bool]]:
+        """Each call as it runs, and whether it is Ethan's (True) or the app's (False). A name
+        that is neither is Ethan's to refuse (run_tool's unknown-tool error)."""
+        resolved = []
+        for call in calls:
+            if call.name in self.ethan:
+                resolved.append((replace(call, name=self.ethan[call.name].name), True))
+            else:
+                resolved.append((call, call.name not in self.client_names))
+        return resolved
 
 
 def _reply_write(*, plan: TurnPlan, session: ChatSession, text: str, token: str) -> None:
@@ -650,7 +912,11 @@ def _reply_write(*, plan: TurnPlan, session: ChatSession, text: str, token: str)
 
 @transaction.atomic(durable=True)  # never inside a caller's: no transaction spans a model call
 def _tool_step_write(
-    *, plan: TurnPlan, session: ChatSession, completion: llm.Completion
+    *,
+    plan: TurnPlan,
+    session: ChatSession,
+    completion: llm.Completion,
+    calls: list[tuple[ToolCall, bool]],
 ) -> list[str]:
     """Store one tool step whole or not at all: the assistant message with its tool calls,
     what the tools wrote (facts, procedures, profile) and their results. A database error
@@ -662,13 +928,19 @@ def _tool_step_write(
         session=session,
         role=Message.Role.ASSISTANT,
         content=completion.text,
-        tool_calls=[call.to_json() for call in completion.tool_calls],
+        # As the model wrote them (the names it was offered), the chat app's marked.
+        tool_calls=[
+            raw.to_json() if ours else _client_call_json(raw)
+            for raw, (_, ours) in zip(completion.tool_calls, calls, strict=True)
+        ],
     )
     results = []
-    for call in completion.tool_calls:
+    for raw, (call, ours) in zip(completion.tool_calls, calls, strict=True):
+        if not ours:
+            continue  # the chat app's: it runs it, and its result comes back with its next request
         result = _run_tool_logged(owner=plan.owner, session=session, message=assistant, call=call)
         session_services.message_append(
-            session=session, role=Message.Role.TOOL, content=result, tool_call_id=call.id
+            session=session, role=Message.Role.TOOL, content=result, tool_call_id=raw.id
         )
         results.append(result)
     return results

@@ -335,6 +335,8 @@ def _interrupted_store(turn: TurnStream, shown: str) -> None:
     """Store a stopped reply as interrupted, unless its reply was stored in the meantime (a
     database step is never cut in half: the one under way when the turn was stopped ran to its
     end, and may have been the reply)."""
+    if not turn.session.is_persisted:  # a turn that stores nothing (TurnPlan.plain)
+        return
     with pooled_connection(), transaction.atomic():
         session = ChatSession.objects.select_for_update().get(pk=turn.session.pk)
         question_seq = turn.question.seq if turn.question is not None else 0

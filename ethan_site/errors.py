@@ -89,11 +89,13 @@ class JsonErrorsMiddleware(MiddlewareMixin):
             length = int(raw)
         except ValueError:
             return _error(request, 400, "the Content-Length header is not a number")
-        if length > settings.ETHAN_MAX_BODY_BYTES:
+        # /v1 carries a chat app's images and files inline (base64): a limit of its own.
+        v1 = request.path.startswith("/v1/")
+        limit = settings.ETHAN_V1_MAX_BODY_BYTES if v1 else settings.ETHAN_MAX_BODY_BYTES
+        if length > limit:
+            name = "ETHAN_V1_MAX_BODY_BYTES" if v1 else "ETHAN_MAX_BODY_BYTES"
             return _error(
-                request,
-                413,
-                f"the request body is {length} bytes; the limit is {settings.ETHAN_MAX_BODY_BYTES}",
+                request, 413, f"the request body is {length} bytes; the limit is {limit} ({name})"
             )
         return None
 

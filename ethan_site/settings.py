@@ -309,6 +309,12 @@ ETHAN_MESSAGE_MAX_CHARS = _config.positive("ETHAN_MESSAGE_MAX_CHARS", 32_000)
 # 400,000 characters is about what the largest models' context (128k tokens) holds.
 ETHAN_V1_MAX_MESSAGES = _config.positive("ETHAN_V1_MAX_MESSAGES", 1_000)
 ETHAN_V1_MAX_HISTORY_CHARS = _config.positive("ETHAN_V1_MAX_HISTORY_CHARS", 400_000)
+# A chat app's images, sound and files travel inside its /v1 request (base64 data: URLs):
+# its body may be larger than any other door's, each attachment up to its own limit, a few
+# of them per question. They go to the model and are never stored (docs/openai.md).
+ETHAN_V1_MAX_BODY_BYTES = _config.positive("ETHAN_V1_MAX_BODY_BYTES", 32 * 1_048_576)
+ETHAN_V1_MAX_ATTACHMENT_BYTES = _config.positive("ETHAN_V1_MAX_ATTACHMENT_BYTES", 20 * 1_048_576)
+ETHAN_V1_MAX_ATTACHMENTS = _config.positive("ETHAN_V1_MAX_ATTACHMENTS", 10)
 # Turns on one session are answered one at a time: a turn waits at most this long for the one
 # before it to finish (then it is refused, nothing written, and may be retried); a claim older
 # than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.

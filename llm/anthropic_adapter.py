@@ -15,7 +15,17 @@ from llm.errors import ModelError, ModelUnavailable
 from llm.loop_clients import aiohttp_client
 from llm.provider import Request, parse_arguments, retry_after_seconds, status_error
 from llm.routing import ANTHROPIC
-from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
+from llm.types import (
+    CANNOT_SEE,
+    Attachment,
+    Completion,
+    Message,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 
 
 @functools.lru_cache(maxsize=16)
@@ -38,11 +48,31 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = (
         [{"type": "text", "text": message.content}] if message.content else []
     )
+    for attachment in message.attachments:
+        blocks.append(_attachment_block(attachment))
     for call in message.tool_calls:
         blocks.append(
             {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
         )
     return blocks
+
+
+def _attachment_block(attachment: Attachment) -> dict[str, Any]:
+    """An image as an image block, a PDF (or any other file) as a document block; sound,
+    which Messages does not take, as its placeholder, which the model then says it cannot
+    hear."""
+    if attachment.kind == "audio":
+        return {"type": "text", "text": f"{attachment.placeholder} ({CANNOT_SEE})"}
+    if attachment.url and not attachment.url.startswith("data:"):
+        source: dict[str, Any] = {"type": "url", "url": attachment.url}
+    else:
+        source = {"type": "base64", "media_type": attachment.mime, "data": attachment.data}
+    if attachment.kind == "image":
+        return {"type": "image", "source": source}
+    block: dict[str, Any] = {"type": "document", "source": source}
+    if attachment.name:
+        block["title"] = attachment.name
+    return block
 
 
 def to_wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -76,11 +106,38 @@ def _request_kwargs(request: Request) -> dict[str, Any]:
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
+    kwargs.update(_choices_kwargs(request))
     if request.json_schema is not None:
         # Structured output (JSON outputs): the answer's text is decoded to match the schema.
         kwargs["output_config"] = {
             "format": {"type": "json_schema", "schema": request.json_schema.schema}
         }
+    return kwargs
+
+
+def _choices_kwargs(request: Request) -> dict[str, Any]:
+    """A caller's tool choice and sampling, in the Messages API's words: tool_choice any/tool
+    for required/a named function, parallel calls off through disable_parallel_tool_use;
+    stop_sequences; the caller's end user as metadata.user_id. Messages has no seed and no
+    response_format: those are left out (docs/openai.md)."""
+    kwargs: dict[str, Any] = {}
+    choice = request.tool_choice
+    if request.tools and (choice.mode != "auto" or request.parallel_tool_calls is False):
+        wire = {"auto": {"type": "auto"}, "none": {"type": "none"}, "required": {"type": "any"}}
+        tool_choice = wire.get(choice.mode) or {"type": "tool", "name": choice.name}
+        if request.parallel_tool_calls is False and tool_choice["type"] != "none":
+            tool_choice["disable_parallel_tool_use"] = True
+        kwargs["tool_choice"] = tool_choice
+    sampling = request.sampling
+    if sampling.temperature is not None:
+        # Anthropic's range is 0-1, OpenAI's 0-2.
+        kwargs["temperature"] = min(sampling.temperature, 1.0)
+    if sampling.top_p is not None:
+        kwargs["top_p"] = sampling.top_p
+    if sampling.stop:
+        kwargs["stop_sequences"] = list(sampling.stop)
+    if sampling.user:
+        kwargs["metadata"] = {"user_id": sampling.user}
     return kwargs
 
 

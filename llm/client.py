@@ -3,16 +3,29 @@ stream drained to its final Completion. One path for both, so they cannot drift.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 from llm import config, text
-from llm.errors import ModelUnavailable
+from llm.errors import ModelRequestError, ModelUnavailable
 from llm.provider import Provider, Request
 from llm.registry import provider_entry
 from llm.retry import astream_with_retries, stream_with_retries
 from llm.routing import provider_for
-from llm.types import Completion, JsonSchema, Message, StreamEnd, StreamEvent, ToolSpec
+from llm.types import (
+    AUTO,
+    CANNOT_SEE,
+    NO_SAMPLING,
+    Completion,
+    JsonSchema,
+    Message,
+    Sampling,
+    StreamEnd,
+    StreamEvent,
+    ToolChoice,
+    ToolSpec,
+)
 
 
 @functools.cache
@@ -42,6 +55,9 @@ def stream(
     max_tokens: int = 1024,
     timeout: float | None = None,
     json_schema: JsonSchema | None = None,
+    tool_choice: ToolChoice = AUTO,
+    parallel_tool_calls: bool | None = None,
+    sampling: Sampling = NO_SAMPLING,
 ) -> Iterator[StreamEvent]:
     """The answer of `model` (default: config.default_model()) as it is written: TextDelta
     events, then one StreamEnd carrying the whole Completion (tool calls arrive only there).
@@ -53,11 +69,40 @@ def stream(
     once rate limits, 5xx answers or timeouts before the first delta outlast the retries. A
     failure after the first delta is raised at once (typed, never retried): the consumer may
     already have shown the text.
+
+    A model that refuses the request's attachments (an image to a text-only model) is asked
+    once more with each one replaced by its placeholder, and says it cannot see it.
     """
     provider, request, policy = _prepared(
-        model, system, messages, tools, max_tokens, timeout, json_schema
+        model,
+        system,
+        messages,
+        tools,
+        max_tokens,
+        timeout,
+        json_schema,
+        tool_choice,
+        parallel_tool_calls,
+        sampling,
     )
-    return stream_with_retries(lambda: provider.stream(request), **policy)
+    return _stream_attachments_or_not(provider, request, policy)
+
+
+def _stream_attachments_or_not(
+    provider: Provider, request: Request, policy: dict
+) -> Iterator[StreamEvent]:
+    """stream's events; asked once more without attachments when the model refuses them."""
+    delivered = False
+    try:
+        for event in stream_with_retries(lambda: provider.stream(request), **policy):
+            delivered = True
+            yield event
+        return
+    except ModelRequestError:
+        plain = _without_attachments(request)
+        if plain is None or delivered:
+            raise
+    yield from stream_with_retries(lambda: provider.stream(plain), **policy)
 
 
 def astream(
@@ -69,17 +114,68 @@ def astream(
     max_tokens: int = 1024,
     timeout: float | None = None,
     json_schema: JsonSchema | None = None,
+    tool_choice: ToolChoice = AUTO,
+    parallel_tool_calls: bool | None = None,
+    sampling: Sampling = NO_SAMPLING,
 ) -> AsyncIterator[StreamEvent]:
     """stream through the providers' async clients (AsyncOpenAI, AsyncAnthropic, google-genai's
     `aio`): the same events, retries and errors, and the event loop is free while the model
     writes. ModelConfigError is raised here, before any request; the rest while iterating."""
     provider, request, policy = _prepared(
-        model, system, messages, tools, max_tokens, timeout, json_schema
+        model,
+        system,
+        messages,
+        tools,
+        max_tokens,
+        timeout,
+        json_schema,
+        tool_choice,
+        parallel_tool_calls,
+        sampling,
     )
-    return astream_with_retries(lambda: provider.astream(request), **policy)
+    return _astream_attachments_or_not(provider, request, policy)
 
 
-def _prepared(model, system, messages, tools, max_tokens, timeout, json_schema):
+async def _astream_attachments_or_not(
+    provider: Provider, request: Request, policy: dict
+) -> AsyncIterator[StreamEvent]:
+    """astream's events; asked once more without attachments when the model refuses them."""
+    delivered = False
+    try:
+        async for event in astream_with_retries(lambda: provider.astream(request), **policy):
+            delivered = True
+            yield event
+        return
+    except ModelRequestError:
+        plain = _without_attachments(request)
+        if plain is None or delivered:
+            raise
+    async for event in astream_with_retries(lambda: provider.astream(plain), **policy):
+        yield event
+
+
+def _without_attachments(request: Request) -> Request | None:
+    """The request with its attachments as placeholders, or None when it has none (then a
+    refusal was about something else and stands). A refusal comes before any delta, so
+    nothing was shown twice."""
+    if not any(message.attachments for message in request.messages):
+        return None
+    messages = tuple(message.without_attachments(CANNOT_SEE) for message in request.messages)
+    return dataclasses.replace(request, messages=messages)
+
+
+def _prepared(
+    model,
+    system,
+    messages,
+    tools,
+    max_tokens,
+    timeout,
+    json_schema,
+    tool_choice=AUTO,
+    parallel_tool_calls=None,
+    sampling=NO_SAMPLING,
+):
     """The provider, the request and the retry policy of a call (stream and astream alike)."""
     settings = config.current()
     model = model or config.default_model(settings)
@@ -93,6 +189,9 @@ def _prepared(model, system, messages, tools, max_tokens, timeout, json_schema):
         max_tokens=max_tokens,
         timeout=timeout if timeout is not None else settings.timeout,
         json_schema=json_schema,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        sampling=sampling,
     )
     policy = {
         "translate": lambda exc: provider.translate(exc, model),

@@ -25,7 +25,16 @@ from llm.errors import ModelError, ModelUnavailable
 from llm.loop_clients import loop_client
 from llm.provider import Request, status_error
 from llm.routing import GEMINI
-from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
+from llm.types import (
+    Attachment,
+    Completion,
+    Message,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
 
 
 @functools.lru_cache(maxsize=16)
@@ -47,6 +56,15 @@ def _call_part(call: ToolCall) -> types.Part:
         function_call=function_call,
         thought_signature=base64.b64decode(signature) if signature else None,
     )
+
+
+def _attachment_part(attachment: Attachment) -> types.Part:
+    """An image, a sound or a file as inline bytes, or as a file URI the service fetches."""
+    if attachment.data:
+        return types.Part.from_bytes(
+            data=base64.b64decode(attachment.data), mime_type=attachment.mime
+        )
+    return types.Part.from_uri(file_uri=attachment.url, mime_type=attachment.mime or None)
 
 
 def to_wire_contents(messages: tuple[Message, ...]) -> list[types.Content]:
@@ -73,6 +91,7 @@ def to_wire_contents(messages: tuple[Message, ...]) -> list[types.Content]:
             role = "user"
         else:
             parts = [types.Part(text=message.content)]
+            parts += [_attachment_part(attachment) for attachment in message.attachments]
             role = "user"
         if not parts:
             continue
@@ -107,12 +126,40 @@ def _generate_config(request: Request) -> types.GenerateContentConfig:
                 ]
             )
         ]
+    _choices(request, generate_config)
     if request.json_schema is not None:
         # Structured output: JSON held to the schema (JSON Schema itself, not the OpenAPI
         # subset of response_schema).
         generate_config.response_mime_type = "application/json"
         generate_config.response_json_schema = request.json_schema.schema
     return generate_config
+
+
+def _choices(request: Request, generate_config: types.GenerateContentConfig) -> None:
+    """A caller's tool choice and sampling, in Gemini's words: function calling mode ANY
+    (restricted to one name for a named function) or NONE; stop_sequences; a JSON answer for
+    response_format json_object or json_schema. Gemini has no switch for parallel calls and
+    no end-user id: those are left out (docs/openai.md)."""
+    choice = request.tool_choice
+    if request.tools and choice.mode != "auto":
+        mode = {"none": "NONE", "required": "ANY", "function": "ANY"}[choice.mode]
+        generate_config.tool_config = types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=mode,
+                allowed_function_names=[choice.name] if choice.mode == "function" else None,
+            )
+        )
+    sampling = request.sampling
+    generate_config.temperature = sampling.temperature
+    generate_config.top_p = sampling.top_p
+    generate_config.seed = sampling.seed
+    generate_config.stop_sequences = list(sampling.stop) or None
+    response_format = sampling.response_format or {}
+    if response_format.get("type") in ("json_object", "json_schema"):
+        generate_config.response_mime_type = "application/json"
+        schema = (response_format.get("json_schema") or {}).get("schema")
+        if schema:
+            generate_config.response_json_schema = schema
 
 
 class _Chunks:

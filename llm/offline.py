@@ -55,6 +55,7 @@ from llm.memory import (
     Turn,
     render_fold_input,
 )
+from llm.offline_housekeeping import offline_task_answer
 from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import (
@@ -909,6 +910,11 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
             if call.name == "memory_search":
                 return _answer_from_search(results.get(call.id, ""), text, zh=zh), ()
         return _confirmation(calls, results, zh), ()
+
+    # A chat app's housekeeping prompt (a title, tags, follow-ups) in the shape it asks for.
+    task_answer = offline_task_answer(text, system=request.system)
+    if task_answer is not None:
+        return task_answer, ()
 
     offered = {tool.name for tool in request.tools}
     calls = instruction_calls(text, offered)

@@ -64,9 +64,59 @@ def to_wire_messages(system: str, messages: tuple[Message, ...]) -> list[dict[st
                     ],
                 }
             )
+        elif message.attachments:
+            wire.append({"role": message.role, "content": _parts(message)})
         else:
             wire.append({"role": message.role, "content": message.content})
     return wire
+
+
+def _parts(message: Message) -> list[dict[str, Any]]:
+    """A user message with attachments as Chat Completions content parts."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}]
+    for attachment in message.attachments:
+        url = attachment.url or f"data:{attachment.mime};base64,{attachment.data}"
+        if attachment.kind == "image":
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif attachment.kind == "audio":
+            # input_audio takes base64 only, and names the format (wav, mp3), not a MIME type.
+            audio_format = attachment.mime.rpartition("/")[2].replace("mpeg", "mp3") or "wav"
+            parts.append(
+                {
+                    "type": "input_audio",
+                    "input_audio": {"data": attachment.data, "format": audio_format},
+                }
+            )
+        else:
+            parts.append(
+                {"type": "file", "file": {"filename": attachment.name or "file", "file_data": url}}
+            )
+    return parts
+
+
+def _choices_kwargs(request: Request) -> dict[str, Any]:
+    """A caller's tool choice and sampling, in Chat Completions' own words."""
+    kwargs: dict[str, Any] = {}
+    choice = request.tool_choice
+    if request.tools and choice.mode != "auto":
+        kwargs["tool_choice"] = (
+            {"type": "function", "function": {"name": choice.name}}
+            if choice.mode == "function"
+            else choice.mode
+        )
+    if request.tools and request.parallel_tool_calls is not None:
+        kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+    sampling = request.sampling
+    for key in ("temperature", "top_p", "seed"):
+        if getattr(sampling, key) is not None:
+            kwargs[key] = getattr(sampling, key)
+    if sampling.stop:
+        kwargs["stop"] = list(sampling.stop)
+    if sampling.user:
+        kwargs["user"] = sampling.user
+    if sampling.response_format is not None and request.json_schema is None:
+        kwargs["response_format"] = sampling.response_format
+    return kwargs
 
 
 def _request_kwargs(request: Request) -> dict[str, Any]:
@@ -95,6 +145,7 @@ def _request_kwargs(request: Request) -> dict[str, Any]:
             }
             for tool in request.tools
         ]
+    kwargs.update(_choices_kwargs(request))
     if request.json_schema is not None:
         # Structured output, strict: the answer is decoded to match the schema. OpenAI-
         # compatible servers (Ollama, vLLM) honour json_schema too.

@@ -10,7 +10,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm.errors import ModelError
-from llm.types import JsonSchema, Message, StreamEvent, ToolSpec
+from llm.types import (
+    AUTO,
+    NO_SAMPLING,
+    JsonSchema,
+    Message,
+    Sampling,
+    StreamEvent,
+    ToolChoice,
+    ToolSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,11 @@ class Request:
     timeout: float
     # Ask for a JSON answer of this shape (structured output for memory work); None: free text.
     json_schema: JsonSchema | None = None
+    # A chat app's own choices (/v1): which tools the model may call, whether it may call
+    # several at once (None: the provider's default), and its sampling settings.
+    tool_choice: ToolChoice = AUTO
+    parallel_tool_calls: bool | None = None
+    sampling: Sampling = NO_SAMPLING
 
 
 class Provider(Protocol):

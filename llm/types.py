@@ -25,6 +25,30 @@ class ToolCall:
         return data
 
 
+# Said beside an attachment's placeholder where the model does not get it (one that refused it,
+# the offline model, sound to Anthropic): the model then tells the person it cannot see it.
+CANNOT_SEE = "attached, but this model cannot take it: say so"
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An image, a sound or a file sent with a user message, for the models that take it.
+
+    Either `data` (base64, with its `mime` type) or `url` (an https or data: URL the provider
+    fetches itself). Never stored: the session keeps `placeholder` in the message's text."""
+
+    kind: Literal["image", "audio", "file"]
+    mime: str = ""
+    data: str = ""
+    url: str = ""
+    name: str = ""
+
+    @property
+    def placeholder(self) -> str:
+        """What a transcript says in its place: `[image]`, `[audio]`, `[file: report.pdf]`."""
+        return f"[{self.kind}: {self.name}]" if self.name else f"[{self.kind}]"
+
+
 @dataclass(frozen=True)
 class Message:
     """One message of the history: user, assistant (maybe with tool calls) or tool (a result)."""
@@ -35,6 +59,18 @@ class Message:
     tool_call_id: str = ""
     # For a tool result: which tool produced it (Gemini wants the name back).
     name: str = ""
+    # What a user message brings beside its text (a chat app's images and files); a model
+    # that cannot take one gets its placeholder instead (Message.without_attachments).
+    attachments: tuple[Attachment, ...] = ()
+
+    def without_attachments(self, note: str) -> Message:
+        """This message with each attachment replaced by its placeholder and `note` (why the
+        model does not see it), for a model that cannot take them."""
+        if not self.attachments:
+            return self
+        said = " ".join(attachment.placeholder for attachment in self.attachments)
+        text = f"{self.content}\n\n{said} ({note})".strip()
+        return Message(role=self.role, content=text, name=self.name)
 
     @classmethod
     def user(cls, content: str) -> Message:
@@ -56,6 +92,35 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """Which tools the model may or must call (OpenAI's tool_choice, which each adapter says
+    in its provider's terms): `auto`, `none`, `required`, or `function` with `name`."""
+
+    mode: Literal["auto", "none", "required", "function"] = "auto"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A caller's own sampling settings, sent to the provider where it takes them (the
+    adapters say which; docs/openai.md lists what is left out). None: the provider's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    # OpenAI's response_format as the caller sent it ({"type": "json_object"}, json_schema…).
+    response_format: dict[str, Any] | None = None
+    # The caller's id of its own end user (OpenAI's `user`, Anthropic's metadata.user_id).
+    user: str = ""
+
+
+# The defaults: any tool the model likes, the provider's own sampling.
+AUTO = ToolChoice()
+NO_SAMPLING = Sampling()
 
 
 @dataclass(frozen=True)

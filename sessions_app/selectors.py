@@ -98,6 +98,19 @@ def session_questions(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session, role=Message.Role.USER).order_by("-seq")
 
 
+def round_tool_messages(*, session: ChatSession) -> list[Message]:
+    """The tool traffic of the session's latest round, in order: its assistant tool-call
+    steps and the tool results after them (everything after its latest question but the
+    replies). One statement; a round holds a few of them."""
+    latest = session_questions(session=session).values("seq")[:1]
+    rows = Message.objects.filter(session=session, seq__gt=Subquery(latest)).order_by("seq")
+    return [
+        row
+        for row in rows.only("id", "seq", "role", "content", "tool_calls", "tool_call_id")
+        if row.role == Message.Role.TOOL or row.tool_calls
+    ]
+
+
 # The sample BM25's mean length is taken over: the messages (at most the second number) of the
 # owner's most recently active sessions (the first): read through the (owner, updated_at) and
 # (session, seq) indexes, a few milliseconds whatever the size of the history.

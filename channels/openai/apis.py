@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404, HttpResponse, JsonResponse
@@ -22,7 +24,17 @@ from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agent_app.turn import Delta, Done, Failed, Started, ToolCalled, TurnEvent, turn_plan
+import llm
+from agent_app.turn import (
+    ClientPart,
+    Delta,
+    Done,
+    Failed,
+    Started,
+    ToolCalled,
+    TurnEvent,
+    turn_plan,
+)
 from agent_app.turn_io import TurnIO
 from channels.openai.conversations import (
     ClientChat,
@@ -30,15 +42,22 @@ from channels.openai.conversations import (
     chat_read,
     conversation_place,
     conversation_record,
+    transcript_read,
 )
+from channels.openai.housekeeping import Housekeeping, housekeeping_of
+from channels.openai.housekeeping_tally import housekeeping_count
 from channels.openai.names import ModelName, UnknownModelName, model_name_parse, model_names
 from channels.turns import TURN_REFUSALS, failure, refusal, turn_open
 from channels.web import TurnAnswer
 from ethan_site.api import BearerTokenAuthentication, exception_handler, openai_error
+from llm.types import AUTO, Sampling, ToolCall, ToolChoice
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
 
 log = logging.getLogger(__name__)
+
+# A function's name as OpenAI takes it.
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # Pins a request to one of the person's sessions; every answer names its session in it too.
 SESSION_HEADER = "X-Ethan-Session"
@@ -136,8 +155,9 @@ class ModelApi(OpenAIView):
 
 
 class CompletionInput(serializers.Serializer):
-    """What Ethan reads of a request. Sampling parameters (temperature, max_tokens, …),
-    `user` and `metadata` are accepted and left to Ethan's own settings."""
+    """What Ethan reads of a request (docs/openai.md, "What Ethan takes of a request"). Any
+    other field OpenAI defines is accepted and left out (the docs list them): a valid request
+    is never refused for a parameter Ethan can pass on or ignore."""
 
     class StreamOptions(serializers.Serializer):
         include_usage = serializers.BooleanField(required=False, default=False)
@@ -153,8 +173,104 @@ class CompletionInput(serializers.Serializer):
         max_value=1,
         error_messages={"max_value": "Ethan writes one reply per request: n must be 1"},
     )
-    tools = serializers.JSONField(required=False, allow_null=True)
-    functions = serializers.JSONField(required=False, allow_null=True)
+    tools = serializers.ListField(child=serializers.DictField(), required=False, allow_null=True)
+    tool_choice = serializers.JSONField(required=False, allow_null=True)
+    parallel_tool_calls = serializers.BooleanField(required=False, allow_null=True)
+    functions = serializers.ListField(
+        child=serializers.DictField(), required=False, allow_null=True
+    )
+    function_call = serializers.JSONField(required=False, allow_null=True)
+    temperature = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=2)
+    top_p = serializers.FloatField(required=False, allow_null=True, min_value=0, max_value=1)
+    max_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    max_completion_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    stop = serializers.JSONField(required=False, allow_null=True)
+    seed = serializers.IntegerField(required=False, allow_null=True)
+    response_format = serializers.DictField(required=False, allow_null=True)
+    user = serializers.CharField(required=False, allow_null=True, allow_blank=True, max_length=256)
+
+
+class ClientToolsError(ValueError):
+    """The request's tools or tool choice are not what OpenAI's API takes (a 400)."""
+
+    def __init__(self, message: str, *, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def _tool_specs(params: dict) -> tuple[llm.ToolSpec, ...]:
+    """The request's `tools` (or the older `functions`) as the model layer's ToolSpecs."""
+    functions = [
+        (f"tools[{index}].function", tool.get("function"))
+        for index, tool in enumerate(params.get("tools") or ())
+        if tool.get("type", "function") == "function"
+    ]
+    functions += [(f"functions[{i}]", f) for i, f in enumerate(params.get("functions") or ())]
+    specs, names = [], set()
+    for where, function in functions:
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+            raise ClientToolsError(
+                f"{where}.name must be 1-64 letters, digits, underscores or dashes", param=where
+            )
+        if name in names:
+            raise ClientToolsError(f"{where}.name: the tool {name!r} is given twice", param=where)
+        names.add(name)
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(parameters, dict):
+            raise ClientToolsError(f"{where}.parameters must be a JSON schema", param=where)
+        specs.append(llm.ToolSpec(name, str(function.get("description") or ""), parameters))
+    return tuple(specs)
+
+
+def _tool_choice(params: dict, names: set[str]) -> ToolChoice:
+    """tool_choice (or the older function_call): auto, none, required, or a named function."""
+    param = "tool_choice" if params.get("tool_choice") is not None else "function_call"
+    raw = params.get(param)
+    if raw is None or raw == "auto":
+        return AUTO
+    if raw in ("none", "required"):
+        return ToolChoice(mode=raw)
+    name = None
+    if isinstance(raw, dict):
+        name = (raw.get("function") or {}).get("name") if "function" in raw else raw.get("name")
+    if not isinstance(name, str) or name not in names:
+        raise ClientToolsError(
+            f"{param} must be auto, none, required or one of the request's functions",
+            param=param,
+        )
+    return ToolChoice(mode="function", name=name)
+
+
+def _sampling(params: dict) -> Sampling:
+    stop = params.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise ClientToolsError("stop must be a string or a list of strings", param="stop")
+    return Sampling(
+        temperature=params.get("temperature"),
+        top_p=params.get("top_p"),
+        stop=tuple(stop or ()),
+        seed=params.get("seed"),
+        response_format=params.get("response_format"),
+        user=params.get("user") or "",
+    )
+
+
+def client_part_read(params: dict, chat: ClientChat | None = None) -> ClientPart:
+    """The request's own part of the turn: its tools, choices, length limit and (with `chat`)
+    what its question brings and the tool results it carries."""
+    tools = _tool_specs(params)
+    return ClientPart(
+        tools=tools,
+        tool_choice=_tool_choice(params, {tool.name for tool in tools}) if tools else AUTO,
+        parallel_tool_calls=params.get("parallel_tool_calls"),
+        sampling=_sampling(params),
+        max_tokens=params.get("max_completion_tokens") or params.get("max_tokens"),
+        attachments=chat.attachments if chat else (),
+        step=chat.step if chat else None,
+    )
 
 
 async def _sent(
@@ -185,7 +301,12 @@ async def _sent(
                 sent.append(event.reply)
                 yield Delta(text=event.reply)
             await io.db(
-                conversation_record, owner=owner, session=session, chat=chat, shown="".join(sent)
+                conversation_record,
+                owner=owner,
+                session=session,
+                chat=chat,
+                shown="".join(sent),
+                calls=event.client_tool_calls,
             )
             yield event
         elif isinstance(event, Failed):
@@ -217,9 +338,10 @@ class _Chunks:
     turn that fails after the stream began ends with an `{"error": …}` event instead, which
     the openai SDK raises from."""
 
-    def __init__(self, *, name: ModelName, include_usage: bool):
+    def __init__(self, *, name: ModelName, include_usage: bool, legacy: bool = False):
         self.name = name
         self.include_usage = include_usage
+        self.legacy = legacy  # the request named `functions`: calls as `function_call`
         self.id = f"chatcmpl-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.label = ""
@@ -247,7 +369,15 @@ class _Chunks:
             elif isinstance(event, Delta):
                 yield self._chunk({"content": event.text})
             elif isinstance(event, Done):
-                yield self._chunk({}, finish_reason="stop")
+                calls = event.client_tool_calls
+                if calls and self.legacy:
+                    function = _function(calls[0])
+                    yield self._chunk({"function_call": function})
+                elif calls:
+                    # As OpenAI streams them: each call by its index, its id and name first.
+                    for index, call in enumerate(calls):
+                        yield self._chunk({"tool_calls": [{"index": index, **_tool_call(call)}]})
+                yield self._chunk({}, finish_reason=_finish_reason(event, self.legacy))
                 if self.include_usage:
                     yield _data(
                         {
@@ -266,7 +396,39 @@ class _Chunks:
                 return
 
 
-async def _completion(events: AsyncIterator[TurnEvent], name: ModelName) -> HttpResponse:
+def _function(call: ToolCall) -> dict:
+    return {"name": call.name, "arguments": json.dumps(call.arguments, ensure_ascii=False)}
+
+
+def _tool_call(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function", "function": _function(call)}
+
+
+def _finish_reason(done: Done, legacy: bool) -> str:
+    if not done.client_tool_calls:
+        return "stop"
+    return "function_call" if legacy else "tool_calls"
+
+
+def _message(done: Done, text: str, legacy: bool) -> dict:
+    """The assistant message of a chat.completion: its text, and the calls of the chat
+    app's own tools (content null when there is no text, as OpenAI sends it)."""
+    calls = done.client_tool_calls
+    message: dict = {
+        "role": "assistant",
+        "content": text or (None if calls else ""),
+        "refusal": None,
+    }
+    if calls and legacy:
+        message["function_call"] = _function(calls[0])
+    elif calls:
+        message["tool_calls"] = [_tool_call(call) for call in calls]
+    return message
+
+
+async def _completion(
+    events: AsyncIterator[TurnEvent], name: ModelName, legacy: bool = False
+) -> HttpResponse:
     text: list[str] = []
     label = ""
     async for event in events:
@@ -288,13 +450,9 @@ async def _completion(events: AsyncIterator[TurnEvent], name: ModelName) -> Http
                     "choices": [
                         {
                             "index": 0,
-                            "message": {
-                                "role": "assistant",
-                                "content": "".join(text),
-                                "refusal": None,
-                            },
+                            "message": _message(event, "".join(text), legacy),
                             "logprobs": None,
-                            "finish_reason": "stop",
+                            "finish_reason": _finish_reason(event, legacy),
                         }
                     ],
                     "usage": _usage(event),
@@ -314,22 +472,20 @@ class ChatCompletionsApi(OpenAIView):
         data = CompletionInput(data=request.data)
         data.is_valid(raise_exception=True)
         params = data.validated_data
-        if params.get("tools") or params.get("functions"):
-            return _error(
-                400,
-                "Ethan runs its own memory tools and answers in words; a request's own tools "
-                "are not supported: leave out `tools`",
-                kind="tools_not_supported",
-                param="tools" if params.get("tools") else "functions",
-            )
         try:
             name = model_name_parse(params["model"])
         except UnknownModelName as exc:
             return _error(404, str(exc), kind="model_not_found", param="model")
+        chore = None if name.plain else housekeeping_of(params["messages"])
         try:
+            if name.plain or chore is not None:
+                return self._plain(request, params, name, chore)
             chat = chat_read(params["messages"])
+            client = client_part_read(params, chat)
         except ConversationError as exc:
             return _error(400, str(exc), kind=exc.code, param=exc.param)
+        except ClientToolsError as exc:
+            return _error(400, str(exc), param=exc.param)
         pinned = None
         if request.headers.get(SESSION_HEADER):
             try:
@@ -353,6 +509,7 @@ class ChatCompletionsApi(OpenAIView):
                 again=placement.again,
                 history=placement.history,
                 instructions=chat.instructions,
+                client=client,
             )
             turn = turn_open(plan)
         except TURN_REFUSALS as exc:
@@ -370,11 +527,51 @@ class ChatCompletionsApi(OpenAIView):
         def sent(events: AsyncIterator[TurnEvent], io: TurnIO) -> AsyncIterator[TurnEvent]:
             return _sent(events, io, owner=owner, session=session, chat=chat)
 
-        headers = {SESSION_HEADER: session.pk}
-        if params["stream"]:
-            options = params.get("stream_options") or {}
-            chunks = _Chunks(name=name, include_usage=options.get("include_usage", False))
-            return TurnAnswer(turn, through=sent, lines=chunks.lines, headers=headers)
-        return TurnAnswer(
-            turn, through=sent, answer=lambda events: _completion(events, name), headers=headers
+        return _answer(turn, params, name, through=sent, headers={SESSION_HEADER: session.pk})
+
+    def _plain(
+        self, request, params: dict, name: ModelName, chore: Housekeeping | None
+    ) -> HttpResponse:
+        """A request answered with no memory (ethan-plain, or a chat app's housekeeping):
+        the person's model answers its messages as they are, and nothing is stored."""
+        instructions, transcript = transcript_read(params["messages"])
+        client = replace(client_part_read(params), transcript=transcript)
+        question = next((m.content for m in reversed(transcript) if m.role == "user"), "")
+        try:
+            plan = turn_plan(
+                owner=request.user,
+                session=None,
+                text=question or "(no question)",
+                mode=name.mode,
+                model=name.model,
+                channel=ChatSession.Channel.OPENAI,
+                instructions=instructions,
+                client=client,
+            )
+            turn = turn_open(plan)
+        except TURN_REFUSALS as exc:
+            said = refusal(exc)
+            headers = {"Retry-After": str(said.retry_after)} if said.retry_after else {}
+            kind = None if said.status == 400 else said.code
+            param = "messages" if said.field else None
+            return _error(said.status, said.detail, kind=kind, param=param, headers=headers)
+        if chore is not None:
+            housekeeping_count(app=chore.app, kind=chore.kind)
+        return _answer(turn, params, name)
+
+
+def _answer(turn, params: dict, name: ModelName, *, through=None, headers=None) -> TurnAnswer:
+    """The turn answered as the request asked: streamed chunks, or one chat.completion."""
+    legacy = bool(params.get("functions")) and not params.get("tools")
+    if params["stream"]:
+        options = params.get("stream_options") or {}
+        chunks = _Chunks(
+            name=name, include_usage=options.get("include_usage", False), legacy=legacy
         )
+        return TurnAnswer(turn, through=through, lines=chunks.lines, headers=headers)
+    return TurnAnswer(
+        turn,
+        through=through,
+        answer=lambda events: _completion(events, name, legacy),
+        headers=headers,
+    )

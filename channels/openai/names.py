@@ -6,6 +6,8 @@
     ethan/<model>              Ethan at work on that model: ethan/claude-sonnet-4-6,
                                ethan/gpt-5, ethan/gemini-2.5-flash, ethan/offline …
     ethan-companion/<model>    the companion mode on that model
+    ethan-plain[/<model>]      the model with no memory: nothing injected, nothing stored (a
+                               chat app's task model, for its titles, tags and follow-ups)
 
 Any model id Ethan can reach works after the slash; /v1/models lists the ones that have a key
 here. The memory, the tools and the stored session are the same whichever name is picked.
@@ -24,7 +26,12 @@ from sessions_app.models import ChatSession
 
 WORK_NAME = "ethan"
 COMPANION_NAME = "ethan-companion"
-MODES = {WORK_NAME: ChatSession.Mode.WORK, COMPANION_NAME: ChatSession.Mode.COMPANION}
+PLAIN_NAME = "ethan-plain"
+MODES = {
+    WORK_NAME: ChatSession.Mode.WORK,
+    COMPANION_NAME: ChatSession.Mode.COMPANION,
+    PLAIN_NAME: ChatSession.Mode.WORK,
+}
 
 
 class UnknownModelName(LookupError):
@@ -35,9 +42,12 @@ class UnknownModelName(LookupError):
 class ModelName:
     mode: str
     model: str | None  # None: the session's model, else the person's default
+    plain: bool = False  # no memory (PLAIN_NAME)
 
     def label(self, model: str) -> str:
         """The name of what answered, in the same scheme (a client may pin it)."""
+        if self.plain:
+            return f"{PLAIN_NAME}/{model}"
         prefix = COMPANION_NAME if self.mode == ChatSession.Mode.COMPANION else WORK_NAME
         return f"{prefix}/{model}"
 
@@ -48,16 +58,17 @@ def model_name_parse(name: str) -> ModelName:
     prefix, slash, model = name.strip().partition("/")
     if prefix not in MODES or (slash and not model.strip()):
         raise UnknownModelName(
-            f"the model {name!r} does not exist: use ethan, ethan-companion, ethan/<model> or "
-            "ethan-companion/<model> (GET /v1/models lists them)"
+            f"the model {name!r} does not exist: use ethan, ethan-companion, ethan-plain, "
+            "ethan/<model> or ethan-companion/<model> (GET /v1/models lists them)"
         )
+    plain = prefix == PLAIN_NAME
     if not slash:
-        return ModelName(mode=MODES[prefix], model=None)
+        return ModelName(mode=MODES[prefix], model=None, plain=plain)
     try:
         llm.check_model(model.strip())  # unknown, or no key for its provider here
     except llm.ModelConfigError as exc:
         raise UnknownModelName(f"the model {name!r} is not available here: {exc}") from None
-    return ModelName(mode=MODES[prefix], model=model.strip())
+    return ModelName(mode=MODES[prefix], model=model.strip(), plain=plain)
 
 
 def model_names(owner: AbstractBaseUser) -> list[str]:
@@ -78,4 +89,6 @@ def model_names(owner: AbstractBaseUser) -> list[str]:
     names = [WORK_NAME, COMPANION_NAME]
     names += [f"{WORK_NAME}/{model}" for model in reachable]
     names += [f"{COMPANION_NAME}/{model}" for model in reachable]
+    # Last: a chat app's task model, picked on purpose, never by a person by mistake.
+    names.append(PLAIN_NAME)
     return names
