@@ -41,8 +41,17 @@ def progress_bar(stream: TextIO, label: str) -> Iterator[Callable[[int, int], No
         yield show
 
 
+def _skipped(command: BaseCommand, lines: list[str]) -> str:
+    """A line on stderr for each conversation skipped; the count for the summary."""
+    for line in lines:
+        command.stderr.write(line)
+    return f", {len(lines)} skipped (could not be read)" if lines else ""
+
+
 def history_import_command(command: BaseCommand, owner: Any, options: dict[str, Any]) -> None:
-    """The command's work for --from and --learn; CommandError (exit 1) for a bad file."""
+    """The command's work for --from and --learn; CommandError (exit 1) for a bad file, or one
+    none of whose conversations can be read. Conversations that cannot be read are skipped,
+    each with its line, and counted; the others are imported (exit 0)."""
     source, path = options["source"], options["path"]
     if source:
         if path is None:
@@ -53,9 +62,10 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
                 check = export_check(path, source=source)
             except ExportError as exc:
                 raise CommandError(f"nothing imported: {exc}") from None
+            skipped = _skipped(command, check.skipped)
             command.stdout.write(
                 f"{path.name} holds {check.conversations} conversations, {check.messages} "
-                f"messages, {check.rounds} rounds; dry run: nothing was written"
+                f"messages, {check.rounds} rounds{skipped}; dry run: nothing was written"
             )
             return
         try:
@@ -63,10 +73,11 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
                 report = history_import(owner=owner, path=path, source=source, progress=progress)
         except ExportError as exc:
             raise CommandError(f"nothing imported: {exc}") from None
+        skipped = _skipped(command, report.skipped)
         command.stdout.write(
             f"imported for {owner.get_username()} from {path.name}: "
             f"{report.conversations} conversations, {report.sessions_created} new, "
-            f"{report.messages_created} new messages, {report.unchanged} already there"
+            f"{report.messages_created} new messages, {report.unchanged} already there{skipped}"
         )
         for title in report.changed:
             command.stdout.write(

@@ -19,6 +19,13 @@ not learnt yet to their import).
 With a broker, learning is a chain of tasks on the memory queue, one step each (each task
 queues the next), so the order holds and each step is acknowledged on its own; embedded, the
 same steps run in this process, under a progress bar.
+
+The memory page's upload (import_upload_run) is read once: a delivery of its task that finds
+it already reading (the one before stopped: a worker killed, by its input or a restart) marks
+it failed rather than reading it again, as does a run reading with no word for longer than a
+read may take (import_runs_recover, when the page is shown). Embedded, it runs on a thread of
+its own, never on the event loop or a request's thread, and a run queued in a process that
+stopped is taken up again.
 """
 
 from __future__ import annotations
@@ -26,17 +33,21 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connections, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agent_app.lifecycle import learn_batch, sessions_learn
-from ethan_site.queue import enqueue, ethan_task
+from ethan_site.queue import enqueue, ethan_task, run_deferred
 from llm.memory import CONSOLIDATE_SYSTEM
 from llm.tokens import estimate_tokens
 from memory_app.working import MemoryConfig, memory_config
@@ -48,6 +59,13 @@ log = logging.getLogger(__name__)
 
 # How often (in conversations or sessions) a run's progress row is written.
 PROGRESS_EVERY = 20
+# A run reading with no word for longer than its first, timed read may take
+# (ETHAN_IMPORT_MAX_SECONDS) plus this was left by a process that stopped; the writing after
+# that read writes its progress every PROGRESS_EVERY conversations.
+READING_GRACE = timedelta(minutes=2)
+# Embedded, a run still queued this long after its upload was queued in a process that stopped
+# (its thread starts as the upload's answer is sent).
+QUEUED_GRACE = timedelta(seconds=30)
 # Pending sessions read to choose the next learning step: more than one step ever takes (at
 # most END_BATCH_MAX_ROUNDS sessions of a round each).
 LEARN_WINDOW = 50
@@ -226,34 +244,131 @@ def history_import(
             conversations_total=report.conversations,
             sessions_created=report.sessions_created,
             messages_created=report.messages_created,
+            conversations_skipped=len(report.skipped),
+            skipped="\n".join(report.skipped[: ImportRun.SKIPPED_SHOWN]),
         )
     return report
 
 
 def import_upload_run(*, run_id: int) -> None:
     """The memory page's upload, in the background: the file out of its row into a private
-    temporary file, imported, then learnt from (unless the person asked not to). A delivery
-    again after a worker died mid-import imports again (adding what is missing: the import is
-    idempotent); the file leaves its row only once it is imported."""
-    run = ImportRun.objects.select_related("owner").filter(pk=run_id).first()
-    if run is None or run.status not in (ImportRun.Status.QUEUED, ImportRun.Status.READING):
-        return  # gone, or an earlier delivery got past the import
+    temporary file, imported, then learnt from (unless the person asked not to). Claimed from
+    queued to reading first, so it is read once: a delivery again that finds it reading (the
+    one before it stopped: a worker killed, as a 400 KB file nested deep once took a worker to
+    19 GB and each redelivery the next one) marks it failed and reads nothing. Every way it
+    ends is written on the run, so its task always ends acknowledged and is never retried."""
+    claimed = ImportRun.objects.filter(pk=run_id, status=ImportRun.Status.QUEUED).update(
+        status=ImportRun.Status.READING, updated_at=timezone.now()
+    )
+    run = ImportRun.objects.select_related("owner").defer("upload").filter(pk=run_id).first()
+    if run is None:
+        return
+    if not claimed:
+        if run.status == ImportRun.Status.READING:
+            _run_update(
+                run, status=ImportRun.Status.FAILED, error=_interrupted(run.file_name), upload=None
+            )
+        return  # or an earlier delivery got past the import
     data = ImportRun.objects.filter(pk=run.pk).values_list("upload", flat=True).first()
-    if data is not None:
-        try:
-            _upload_import(run, bytes(data))
-        except ExportError as exc:
-            _run_update(run, status=ImportRun.Status.FAILED, error=str(exc), upload=None)
-            return
-        del data
-        _run_update(run, upload=None)
-    elif run.status == ImportRun.Status.QUEUED:
+    if data is None:
         _run_update(run, status=ImportRun.Status.FAILED, error="the upload was lost; send again")
         return
+    try:
+        _upload_import(run, bytes(data))
+    except ExportError as exc:
+        _run_update(run, status=ImportRun.Status.FAILED, error=str(exc), upload=None)
+        return
+    except Exception as exc:  # anything else (a task's time limit, a bug): failed, said
+        log.exception("import of run %s failed", run.pk)
+        error = f"{run.file_name}: the import stopped ({type(exc).__name__}); send it again"
+        _run_update(run, status=ImportRun.Status.FAILED, error=error, upload=None)
+        return
+    del data
+    _run_update(run, upload=None)
     if run.learn:
         imports_learn_start(owner=run.owner, run=run)
     else:
         _run_update(run, status=ImportRun.Status.DONE)
+
+
+def _interrupted(file_name: str) -> str:
+    return (
+        f"{file_name}: the import stopped while reading (the server or worker stopped) and is "
+        "not read again; send the file again: what was imported is kept, the rest is added"
+    )
+
+
+def import_upload_start(run: ImportRun) -> None:
+    """Start an upload's import once the current transaction commits: on the memory queue with
+    a broker; embedded, on a thread of its own (the deferred tasks run on the thread that
+    answered the request, which it would hold for as long as the import reads)."""
+    if settings.ETHAN_EMBEDDED:
+        transaction.on_commit(lambda: _import_thread_start(run.pk))
+    else:
+        enqueue(import_upload_task, run.pk)
+
+
+# Embedded: the threads importing uploads in this process (upload_threads_join waits for them).
+_threads: set[threading.Thread] = set()
+_threads_lock = threading.Lock()
+
+
+def _import_thread_start(run_id: int) -> None:
+    thread = threading.Thread(
+        target=_import_thread, args=(run_id,), name=f"ethan-import-{run_id}", daemon=True
+    )
+    with _threads_lock:
+        _threads.add(thread)
+    thread.start()
+
+
+def _import_thread(run_id: int) -> None:
+    try:
+        import_upload_run(run_id=run_id)
+        run_deferred()  # the learning chain it queued, step by step, on this thread
+    except Exception:  # a thread's error has no one to answer it: logged
+        log.exception("embedded import of run %s failed", run_id)
+    finally:
+        connections.close_all()
+        with _threads_lock:
+            _threads.discard(threading.current_thread())
+
+
+def upload_threads_join(timeout: float | None = None) -> None:
+    """Wait for this process's import threads (embedded) to end."""
+    with _threads_lock:
+        running = list(_threads)
+    for thread in running:
+        thread.join(timeout)
+
+
+def import_runs_recover(*, owner: AbstractBaseUser) -> None:
+    """The owner's runs left by a process that stopped, as the memory page shows them: one
+    reading with no word for longer than a read may take is failed, never shown reading
+    forever; embedded, one still queued after QUEUED_GRACE is started again here (claimed by
+    its time, so one process takes it up). With a broker a queued run waits in its queue."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.ETHAN_IMPORT_MAX_SECONDS) - READING_GRACE
+    for run in ImportRun.objects.filter(
+        owner=owner, status=ImportRun.Status.READING, updated_at__lt=stale
+    ).only("pk", "file_name"):
+        ImportRun.objects.filter(pk=run.pk, status=ImportRun.Status.READING).update(
+            status=ImportRun.Status.FAILED,
+            error=_interrupted(run.file_name),
+            upload=None,
+            updated_at=now,
+        )
+    if not settings.ETHAN_EMBEDDED:
+        return
+    queued = ImportRun.objects.filter(
+        owner=owner, status=ImportRun.Status.QUEUED, updated_at__lt=now - QUEUED_GRACE
+    ).values_list("pk", "updated_at")
+    for pk, updated_at in queued:
+        taken = ImportRun.objects.filter(
+            pk=pk, status=ImportRun.Status.QUEUED, updated_at=updated_at
+        ).update(updated_at=now)
+        if taken:
+            _import_thread_start(pk)
 
 
 def _upload_import(run: ImportRun, data: bytes) -> None:

@@ -74,6 +74,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = ETHAN_MAX_BODY_BYTES
 # An export uploaded on the memory page (ChatGPT or Claude, docs/import.md): it waits in the
 # database for its task, so it is bounded; a larger one imports with `ethan import --from`.
 ETHAN_IMPORT_MAX_BYTES = _config.positive("ETHAN_IMPORT_MAX_BYTES", 50 * 1_048_576)
+# Reading an export (the page's or `ethan import`'s, sessions_app.imports.export.ReadLimits):
+# its conversations.json expanded (1 GB: twenty years of daily chats is a few hundred MB), a
+# zip's compression ratio (exports' JSON inflates 5-15 times; a zip bomb hundreds or more) and
+# the seconds its first, whole read may take (36 MB in 7-8 s on 2 busy cores: 1 GB in 4 min).
+ETHAN_IMPORT_MAX_EXPANDED_BYTES = _config.positive("ETHAN_IMPORT_MAX_EXPANDED_BYTES", 1 << 30)
+ETHAN_IMPORT_MAX_RATIO = _config.positive("ETHAN_IMPORT_MAX_RATIO", 100)
+ETHAN_IMPORT_MAX_SECONDS = _config.positive("ETHAN_IMPORT_MAX_SECONDS", 300)
 
 # Error pages never show a secret, debug or not: settings whose names say so, passwords in
 # URLs and every configured secret value are masked (ethan_site.errors).

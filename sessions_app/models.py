@@ -123,6 +123,9 @@ class ImportRun(models.Model):
         DONE = "done"
         FAILED = "failed"
 
+    # Lines of skipped conversations kept on a run (the count has them all).
+    SKIPPED_SHOWN = 20
+
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="+")
     source = models.CharField(max_length=16, choices=Source.choices)
     file_name = models.CharField(max_length=255)
@@ -134,6 +137,10 @@ class ImportRun(models.Model):
     messages_created = models.PositiveIntegerField(default=0)
     learn_total = models.PositiveIntegerField(default=0)
     learn_done = models.PositiveIntegerField(default=0)
+    # Conversations left out because they could not be read, and a line for each (the first
+    # SKIPPED_SHOWN): the rest of the export is imported.
+    conversations_skipped = models.PositiveIntegerField(default=0)
+    skipped = models.TextField(blank=True)
     # The one line a bad file is refused with, or why learning stopped.
     error = models.TextField(blank=True)
     # An upload from the page waits here until its task reads it (the web process and the

@@ -2,22 +2,22 @@
 and learnt from in the background (agent_app.history_import), its progress on the page.
 
 The upload is bounded (ETHAN_IMPORT_MAX_BYTES, by its declared length and its size), posted
-with the page's CSRF token, and kept in its ImportRun row until the task reads it. Every run is
-its owner's: another person's id is not found."""
+with the page's CSRF token, and kept in its ImportRun row until the task reads it; the reading
+is bounded too (sessions_app.imports.export.ReadLimits) and never runs on a request's thread.
+Each run's row says how it is going, failed included (no banner beside it that could say
+otherwise). Every run is its owner's: another person's id is not found."""
 
 from __future__ import annotations
 
 from django import forms
 from django.conf import settings
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from agent_app.history_import import import_upload_task
-from ethan_site.queue import enqueue
+from agent_app.history_import import import_runs_recover, import_upload_start
 from sessions_app.models import ImportRun
 
 # Runs shown on the page, newest first.
@@ -60,12 +60,15 @@ def run_progress(run: ImportRun) -> dict:
         "learn": run.learn,
         "learn_done": run.learn_done,
         "learn_total": run.learn_total,
+        "conversations_skipped": run.conversations_skipped,
+        "skipped": run.skipped,
         "error": run.error,
         "finished": run.finished,
     }
 
 
 def _runs(request: HttpRequest) -> list[dict]:
+    import_runs_recover(owner=request.user)
     runs = ImportRun.objects.filter(owner=request.user).defer("upload")
     return [run_progress(run) for run in runs.order_by("-created_at", "-pk")[:RUNS_SHOWN]]
 
@@ -94,16 +97,22 @@ def import_page(request: HttpRequest) -> HttpResponse:
                         learn=form.cleaned_data["learn"],
                         upload=b"".join(upload.chunks()),
                     )
-                    enqueue(import_upload_task, run.pk)
-                messages.success(request, f"正在导入 / Importing {run.file_name}…")
+                    import_upload_start(run)
                 return redirect("memory:import")
             status = 400
-    context = {"tab": "sessions", "form": form, "refused": refused, "runs": _runs(request)}
+    context = {
+        "tab": "sessions",
+        "form": form,
+        "refused": refused,
+        "runs": _runs(request),
+        "max_mb": settings.ETHAN_IMPORT_MAX_BYTES // 1_048_576,
+    }
     return render(request, "channels/memory/import.html", context, status=status)
 
 
 @require_GET
 @login_required
 def import_status(request: HttpRequest, run_id: int) -> JsonResponse:
+    import_runs_recover(owner=request.user)
     run = get_object_or_404(ImportRun.objects.defer("upload"), pk=run_id, owner=request.user)
     return JsonResponse(run_progress(run))

@@ -71,8 +71,15 @@ def _branch(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def read(item: dict[str, Any], index: int) -> Conversation | None:
     """One conversation, or None when it has no message (nothing to import)."""
     messages = item.get("chat_messages")
-    if not isinstance(messages, list) or not item.get("uuid"):
-        raise shape_error(SOURCE, index, item, "has no uuid and chat_messages")
+    missing = [
+        name
+        for name, present in (("uuid", item.get("uuid")), ("chat_messages", messages))
+        if not present and present != []
+    ]
+    if missing:
+        raise shape_error(SOURCE, index, item, f"has no {' and no '.join(missing)}")
+    if not isinstance(messages, list):
+        raise shape_error(SOURCE, index, item, "has chat_messages that are not a list")
     messages = [message for message in messages if isinstance(message, dict)]
     created = when(item.get("created_at"))
     turns = []

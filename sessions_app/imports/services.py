@@ -7,8 +7,10 @@ since it was imported (the person edited one in ChatGPT, which moved its branch)
 first imported and counted as changed: memory may already have learnt from those messages,
 and their facts point at them.
 
-The file is read twice, streamed both times: first whole, to refuse a broken or foreign file
-before anything is written and to count for the progress bar; then to write.
+The file is read twice, streamed both times: first whole, to refuse a broken, foreign or
+hostile file before anything is written and to count for the progress bar; then to write. A
+conversation that cannot be read is skipped, with its line (ImportReport.skipped); an export
+none of whose conversations can be read is refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from django.db.models.functions import Concat
 
 from sessions_app.ids import new_session_id
 from sessions_app.imports import chatgpt, claude
-from sessions_app.imports.export import Conversation, ExportError, conversations
+from sessions_app.imports.export import (
+    Conversation,
+    ExportError,
+    ReadLimits,
+    Skipped,
+    conversations,
+    nothing_read,
+)
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
 from sessions_app.services import _session_insert, message_opens_round, title_from
@@ -34,28 +43,39 @@ __all__ = ["READERS", "ExportCheck", "ExportError", "ImportReport", "export_impo
 READERS = {chatgpt.SOURCE: chatgpt.read, claude.SOURCE: claude.read}
 
 
-def export_conversations(path: Path, *, source: str) -> Iterator[Conversation]:
+def export_conversations(
+    path: Path, *, source: str, limits: ReadLimits | None = None
+) -> Iterator[Conversation | Skipped]:
     if source not in READERS:
         raise ExportError(f"{path.name}: unknown source {source!r} (chatgpt or claude)")
-    return conversations(path, source=source, read=READERS[source])
+    return conversations(path, source=source, read=READERS[source], limits=limits)
 
 
 @dataclass
 class ExportCheck:
-    """An export read through once: what it holds."""
+    """An export read through once: what it holds, and the lines of the conversations that
+    cannot be read (skipped)."""
 
     conversations: int = 0
     messages: int = 0
     rounds: int = 0
+    skipped: list[str] = field(default_factory=list)
 
 
 def export_check(path: Path, *, source: str) -> ExportCheck:
-    """Read the whole export without writing: ExportError for a broken or foreign file."""
-    check = ExportCheck()
+    """Read the whole export without writing, within the configured limits (time included):
+    ExportError for a broken, foreign or hostile file, or one with no readable conversation."""
+    check, skipped = ExportCheck(), []
     for conversation in export_conversations(path, source=source):
+        if isinstance(conversation, Skipped):
+            skipped.append(conversation)
+            continue
         check.conversations += 1
         check.messages += len(conversation.turns)
         check.rounds += conversation.rounds
+    if skipped and not check.conversations:
+        raise nothing_read(path.name, skipped)
+    check.skipped = [item.line for item in skipped]
     return check
 
 
@@ -67,6 +87,8 @@ class ImportReport:
     unchanged: int = 0
     # Conversations whose earlier messages changed since they were imported: kept as they were.
     changed: list[str] = field(default_factory=list)
+    # A line for each conversation that could not be read, left out.
+    skipped: list[str] = field(default_factory=list)
 
 
 def export_import(
@@ -77,11 +99,17 @@ def export_import(
     progress: Callable[[int, int], None] | None = None,
 ) -> ImportReport:
     """Import every conversation of the export at `path` for `owner`. ExportError, and
-    nothing written, for a file that is broken or not of `source`; `progress(done, total)`
-    after each conversation."""
-    total = export_check(path, source=source).conversations
-    report = ImportReport()
-    for conversation in export_conversations(path, source=source):
+    nothing written, for a file that is broken, not of `source` or past the limits;
+    `progress(done, total)` after each conversation."""
+    check = export_check(path, source=source)
+    total = check.conversations
+    report = ImportReport(skipped=check.skipped)
+    # The second read of the same file: the first, timed and scanned, passed (ReadLimits).
+    for conversation in export_conversations(
+        path, source=source, limits=ReadLimits.configured(again=True)
+    ):
+        if isinstance(conversation, Skipped):
+            continue
         created, added, same = conversation_import(owner=owner, conversation=conversation)
         report.conversations += 1
         report.sessions_created += created

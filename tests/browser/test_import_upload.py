@@ -50,7 +50,9 @@ def test_upload_a_chatgpt_export_and_watch_it_learnt(browser, live_server, tmp_p
     browser.find_element(By.ID, "import-file").send_keys(str(export))
     assert browser.find_element(By.ID, "import-learn").is_selected()
     click_and_wait_for_the_next_page(browser, "import-submit")
-    assert "正在导入 / Importing conversations.json" in text(browser)
+    # The run's own row says how it goes; no banner beside it (it said "Importing…" above a
+    # run that had failed).
+    assert not browser.find_elements(By.CSS_SELECTOR, "ul.messages")
 
     run = ImportRun.objects.get(owner=ada)
     row_id = f"import-{run.pk}"
@@ -84,4 +86,10 @@ def test_a_broken_upload_shows_its_line(browser, live_server, tmp_path, ada):
     assert row.find_element(By.CLASS_NAME, "run-error").text == (
         "conversations.json: broken JSON in conversation 1 (parse error: premature EOF)"
     )
+    assert not browser.find_elements(By.CSS_SELECTOR, "ul.messages")
     assert not ChatSession.objects.filter(owner=ada).exists()
+    # The help it names is on the page, opened by its link.
+    browser.find_element(By.ID, "import-help-link").click()
+    help_text = browser.find_element(By.ID, "import-help")
+    browser.find_element(By.CSS_SELECTOR, "#import-help summary").click()
+    assert "Settings → Data controls → Export data" in help_text.text

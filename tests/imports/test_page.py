@@ -10,7 +10,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from agent_app.history_import import import_upload_run
+from agent_app.history_import import import_upload_run, upload_threads_join
 from ethan_site.queue import run_deferred
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, ImportRun
@@ -48,8 +48,10 @@ def test_an_upload_is_imported_and_learnt_in_the_background(owner, llm_config, s
     assert b"csrfmiddlewaretoken" in page.content
     answer = upload(client)
     assert (answer.status_code, answer["Location"]) == (302, "/memory/import/")
-    # Embedded, the task ran in this process once the answer was sent (request_finished).
+    # Embedded, the import runs on a thread of its own, not the request's (nothing deferred
+    # there), with the learning after it.
     assert run_deferred() == 0
+    upload_threads_join()
     run = ImportRun.objects.get(owner=owner)
     assert (run.file_name, run.learn) == ("conversations.json", True)
     assert (run.status, run.conversations_done, run.conversations_total) == ("done", 1, 1)
@@ -131,12 +133,14 @@ def test_an_upload_over_the_limit_is_refused(owner, settings, declared):
     assert not ImportRun.objects.exists()
 
 
-def test_a_redelivery_after_a_worker_died_mid_import_imports_again(owner):
+def test_a_delivery_again_after_a_worker_died_mid_read_fails_the_run_and_reads_nothing(owner):
     upload(client_for(owner))
     run = ImportRun.objects.get(owner=owner)
-    # The worker died while reading: its status says so, the upload is still in its row.
+    # The worker died while reading (killed: by its input, as a deep file once did, or a
+    # restart): its status says so, the upload is still in its row; the broker delivers again.
     ImportRun.objects.filter(pk=run.pk).update(status="reading", conversations_done=0)
     import_upload_run(run_id=run.pk)
     run.refresh_from_db()
-    assert (run.status, run.sessions_created, run.upload) == ("learning", 1, None)
-    assert ChatSession.objects.filter(owner=owner).count() == 1
+    assert (run.status, run.sessions_created, run.upload) == ("failed", 0, None)
+    assert run.error.startswith("conversations.json: the import stopped while reading")
+    assert not ChatSession.objects.filter(owner=owner).exists()

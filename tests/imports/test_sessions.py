@@ -275,9 +275,8 @@ def claude_given_as_chatgpt(path):
     return write_json(path, [claude("u-1", "x", [("human", "hi")])])
 
 
-def later_item_not_an_object(path):
-    good = ChatGPT("c-1", "x").exchange(("a", "b")).export()
-    path.write_text(json.dumps([good, 42]))
+def only_items_not_objects(path):
+    path.write_text(json.dumps([42, "x"]))
     return path
 
 
@@ -294,7 +293,11 @@ def later_item_not_an_object(path):
             "conversations.json: not a chatgpt export: conversation 1 has no mapping of "
             "messages; it looks like a claude export: --from claude",
         ),
-        (later_item_not_an_object, "c.json", "c.json: conversation 2 is not an object"),
+        (
+            only_items_not_objects,
+            "c.json",
+            "c.json: no conversation could be read: conversation 1 is not an object (and 1 more",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(
