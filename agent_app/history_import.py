@@ -51,7 +51,7 @@ from ethan_site.queue import enqueue, ethan_task, run_deferred
 from llm.memory import CONSOLIDATE_SYSTEM
 from llm.tokens import estimate_tokens
 from memory_app.working import MemoryConfig, memory_config
-from sessions_app.imports.export import ExportError
+from sessions_app.imports.export import CONVERSATIONS, ExportError
 from sessions_app.imports.services import ImportReport, export_import
 from sessions_app.models import ChatSession, ImportRun, Message
 
@@ -373,18 +373,21 @@ def import_runs_recover(*, owner: AbstractBaseUser) -> None:
 
 def _upload_import(run: ImportRun, data: bytes) -> None:
     """Import the uploaded bytes through a private temporary file (the reader streams from a
-    file); an ExportError names the file as the person uploaded it."""
-    suffix = ".zip" if data[:4] == b"PK\x03\x04" else ".json"
-    handle, name = tempfile.mkstemp(prefix="ethan-import-", suffix=suffix)
-    path = Path(name)
+    file), named as the person's file was, in a folder of its own: every line the reading
+    writes (a refusal, a conversation skipped) names the file they uploaded."""
+    folder = Path(tempfile.mkdtemp(prefix="ethan-import-"))
+    name = Path(run.file_name).name
+    if not name or name.startswith("."):
+        name = "export.zip" if data[:4] == b"PK\x03\x04" else CONVERSATIONS
+    path = folder / name
     try:
-        with os.fdopen(handle, "wb") as file:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as file:
             file.write(data)
         history_import(owner=run.owner, path=path, source=run.source, run=run)
-    except ExportError as exc:
-        raise ExportError(str(exc).replace(path.name, run.file_name, 1)) from None
     finally:
         path.unlink(missing_ok=True)
+        folder.rmdir()
 
 
 def _run_update(run: ImportRun, **fields) -> None:

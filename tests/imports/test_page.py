@@ -5,11 +5,15 @@ of it."""
 from __future__ import annotations
 
 import json
+import threading
+from datetime import timedelta
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import timezone
 
+from agent_app import history_import
 from agent_app.history_import import import_upload_run, upload_threads_join
 from ethan_site.queue import run_deferred
 from memory_app.models import Fact
@@ -144,3 +148,85 @@ def test_a_delivery_again_after_a_worker_died_mid_read_fails_the_run_and_reads_n
     assert (run.status, run.sessions_created, run.upload) == ("failed", 0, None)
     assert run.error.startswith("conversations.json: the import stopped while reading")
     assert not ChatSession.objects.filter(owner=owner).exists()
+
+
+def test_a_run_left_reading_by_a_stopped_process_is_shown_failed(owner, settings):
+    client = client_for(owner)
+    upload(client)
+    run = ImportRun.objects.get(owner=owner)
+    silent = timezone.now() - timedelta(seconds=settings.ETHAN_IMPORT_MAX_SECONDS + 180)
+    ImportRun.objects.filter(pk=run.pk).update(status="reading", updated_at=silent)
+    status = client.get(f"/memory/import/{run.pk}/status/").json()
+    assert (status["status"], status["finished"]) == ("failed", True)
+    assert status["error"].startswith("conversations.json: the import stopped while reading")
+    run.refresh_from_db()
+    assert run.upload is None
+    # A run reading now, with word within the limit, is left to its reader.
+    upload(client)
+    recent = ImportRun.objects.filter(owner=owner).latest("pk")
+    ImportRun.objects.filter(pk=recent.pk).update(status="reading")
+    assert client.get(f"/memory/import/{recent.pk}/status/").json()["status"] == "reading"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedded_a_run_a_stopped_process_left_queued_is_taken_up(owner, settings):
+    settings.ETHAN_EMBEDDED = True
+    run = ImportRun.objects.create(
+        owner=owner,
+        source="claude",
+        file_name="conversations.json",
+        learn=False,
+        upload=json.dumps(
+            [claude("u-1", "Hi", [("human", "hi"), ("assistant", "hello")])]
+        ).encode(),
+        updated_at=timezone.now() - timedelta(minutes=5),
+    )
+    page = client_for(owner).get("/memory/import/")
+    assert page.status_code == 200
+    upload_threads_join()
+    run.refresh_from_db()
+    assert (run.status, run.sessions_created) == ("done", 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_embedded_the_upload_is_read_on_a_thread_of_its_own(owner, settings, monkeypatch):
+    settings.ETHAN_EMBEDDED = True
+    threads = []
+    real = history_import.history_import
+
+    def watched(**kwargs):
+        threads.append(threading.current_thread().name)
+        return real(**kwargs)
+
+    monkeypatch.setattr(history_import, "history_import", watched)
+    answer = upload(client_for(owner), learn="")
+    assert answer.status_code == 302
+    upload_threads_join()
+    run = ImportRun.objects.get(owner=owner)
+    assert (run.status, threads) == ("done", [f"ethan-import-{run.pk}"])
+
+
+def test_skipped_conversations_are_shown_on_their_run_and_no_banner(owner):
+    client = client_for(owner)
+    good = claude("u-1", "Home", [("human", "I live in Lisbon"), ("assistant", "Ok")])
+    data = json.dumps([good, {"uuid": "u-2", "name": "Trip"}]).encode()
+    upload(client, export=export_file(data=data), learn="")
+    run = ImportRun.objects.get(owner=owner)
+    import_upload_run(run_id=run.pk)
+    status = client.get(f"/memory/import/{run.pk}/status/").json()
+    assert (status["status"], status["conversations_done"]) == ("done", 1)
+    assert status["conversations_skipped"] == 1
+    line = "conversations.json: skipped conversation 2 ('Trip'): it has no chat_messages"
+    assert status["skipped"] == line
+    page = client.get("/memory/import/").content.decode()
+    assert 'Skipped: <span class="skipped-count">1</span>' in page
+    assert line.replace("'", "&#x27;") in page
+    # The run's row says how it went; no banner above it says otherwise.
+    assert 'class="messages"' not in page
+
+
+def test_the_help_the_page_names_is_on_the_page(owner):
+    page = client_for(owner).get("/memory/import/").content.decode()
+    assert 'href="#import-help"' in page and '<details id="import-help"' in page
+    assert "Settings → Data controls → Export data" in page
+    assert "Settings → Privacy → Export data" in page
