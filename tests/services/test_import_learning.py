@@ -63,3 +63,54 @@ def test_an_upload_is_imported_and_learnt_on_the_memory_queue(workers, owner):
         .values_list("pk", flat=True)
     )
     assert learnt == by_age
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_refused_for_its_input_is_acknowledged_and_never_delivered_again(workers, owner):
+    import redis
+
+    from ethan_site.celery import app
+
+    workers.start("memory", pool="prefork", ETHAN_MODEL="offline")
+    conversation = json.loads(export_bytes(0))[0]
+    text = json.dumps([conversation])
+    deep = (text[:-2] + ', "junk": ' + "[" * 40_000 + "]" * 40_000 + "}]").encode()
+    refused = ImportRun.objects.create(
+        owner=owner, source="chatgpt", file_name="deep.json", learn=False, upload=deep
+    )
+    # A delivery again of a run whose first delivery died while reading it (its worker
+    # killed): the run says reading, its upload is still there.
+    died = ImportRun.objects.create(
+        owner=owner,
+        source="chatgpt",
+        file_name="conversations.json",
+        learn=False,
+        status="reading",
+        upload=export_bytes(),
+    )
+    good = ImportRun.objects.create(
+        owner=owner, source="chatgpt", file_name="good.json", learn=False, upload=text.encode()
+    )
+    for run in (refused, died, good):
+        queue.enqueue(import_upload_task, run.pk)  # autocommit: sent at once
+
+    def finished() -> bool:
+        return not ImportRun.objects.exclude(status__in=("done", "failed")).exists()
+
+    assert wait_for(finished, timeout=90)
+    refused.refresh_from_db()
+    assert (refused.status, refused.error, refused.upload) == (
+        "failed",
+        "deep.json: refused: nested deeper than 64 levels (no real export has one)",
+        None,
+    )
+    died.refresh_from_db()
+    assert died.status == "failed"
+    assert died.error.startswith("conversations.json: the import stopped while reading")
+    good.refresh_from_db()
+    assert (good.status, good.sessions_created) == ("done", 1)
+    # Only the good one was imported, and nothing is left for the broker to deliver again.
+    assert ChatSession.objects.filter(owner=owner).count() == 1
+    broker = redis.Redis.from_url(app.conf.broker_url)
+    assert broker.llen("memory") == 0
+    assert broker.hlen("unacked") == 0
