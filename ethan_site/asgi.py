@@ -106,6 +106,7 @@ from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
 from channels.web import TurnAnswer  # noqa: E402
 from ethan_site.errors import exception_answer  # noqa: E402
+from ethan_site.forwarded import forwarded_scope  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 from ethan_site.periodic import PERIODIC  # noqa: E402
 
@@ -129,7 +130,11 @@ class Doors:
         if scope["type"] == "lifespan":
             await self._lifespan(scope, receive, send)
             return
+        scope = forwarded_scope(scope)  # behind a trusted proxy, its scheme (https)
         path = scope.get("path", "")
+        if path == MCP_PATH + "/":  # served as /mcp, never a redirect (to http, behind a proxy)
+            scope = {**scope, "path": MCP_PATH, "raw_path": MCP_PATH.encode()}
+            path = MCP_PATH
         if path == MCP_PATH or path.startswith(MCP_PATH + "/"):
             if scope["type"] == "http" and scope["method"] == "GET" and self.stopping:
                 receive = self._until_stopping(receive)

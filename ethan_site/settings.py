@@ -402,7 +402,10 @@ OAUTH2_PROVIDER = {
         "memory.write": "Write to your memory: remember facts and rules, update the profile, "
         "forget facts",
     },
-    "DEFAULT_SCOPES": ["memory.read"],
+    # A host that asks for no scope (ChatGPT is reported to reconnect so) is offered what the
+    # metadata lists, and the person chooses on the consent page as for a first connection;
+    # reading only here gave a read-only token with no choice, and every write tool a 403.
+    "DEFAULT_SCOPES": ["memory.read", "memory.write"],
     "ACCESS_TOKEN_EXPIRE_SECONDS": ETHAN_OAUTH_ACCESS_TOKEN_SECONDS,
     "REFRESH_TOKEN_EXPIRE_SECONDS": ETHAN_OAUTH_REFRESH_TOKEN_DAYS * 86_400,
     "ROTATE_REFRESH_TOKEN": True,
@@ -416,6 +419,8 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
     # RFC 9207: the redirect back carries `iss`, so a host can tell which server answered.
     "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    # A code exchanged twice revokes the tokens of its first exchange (RFC 6749 §4.1.2).
+    "OAUTH2_VALIDATOR_CLASS": "oauth_app.validators.Validator",
     # Tokens are stored hashed; a leaked table holds no usable token.
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
     "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
@@ -424,8 +429,11 @@ OAUTH2_PROVIDER = {
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
     # The consent page is shown every time a host asks (it names what the host may do).
     "REQUEST_APPROVAL_PROMPT": "force",
-    # Redirect URIs match exactly, port included (oauth_app.clients allows https, or http on
-    # loopback for desktop hosts).
+    # Redirect URIs match exactly (oauth_app.clients allows https, or http on loopback for
+    # desktop hosts), but for the port of http://127.0.0.1 and http://[::1]: RFC 8252 §7.3 has
+    # the server accept any port there, as a desktop host listens on whichever port its system
+    # gave it. Any program on that computer could listen there: the consent page says so.
+    # "localhost" is matched port included (RFC 8252 §8.3 advises against it).
     "ALLOW_LOCALHOST_LOOPBACK": False,
     "OIDC_ISS_ENDPOINT": ETHAN_PUBLIC_URL,
     "DCR_ENABLED": True,
@@ -434,6 +442,12 @@ OAUTH2_PROVIDER = {
     "CIMD_METADATA_FETCHER": "oauth_app.cimd.MetadataFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": _config.positive("ETHAN_OAUTH_CIMD_TIMEOUT_SECONDS", 5),
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+    # A document is fetched on the request's thread, within its deadline (body included,
+    # oauth_app.cimd). Fewer at once than the threads, so one is always free for every other
+    # page; a request past the cap is answered at once as an unknown client.
+    "CIMD_MAX_CONCURRENT_FETCHES": max(1, ETHAN_REQUEST_THREADS - 1),
+    # A URL first seen counts as a registration from its address (oauth_app.throttles).
+    "CIMD_REGISTRATION_PERMISSION_CLASSES": ("oauth_app.throttles.UnknownDocumentPermission",),
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Ethan memory",
 }
 # django-oauth-toolkit's deploy check warns that http redirect URIs are allowed at all; Ethan

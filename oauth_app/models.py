@@ -38,3 +38,27 @@ class Connection(models.Model):
     @property
     def scopes(self) -> list[str]:
         return self.scope.split()
+
+
+class UsedCode(models.Model):
+    """An authorization code already exchanged, and the tokens it gave: a second exchange of it
+    means it leaked, and those tokens are revoked (RFC 6749 §4.1.2). django-oauth-toolkit
+    deletes the code itself as it is used, and with it any trace of what it gave. Kept as long
+    as a refresh token lives (oauth_app.tasks)."""
+
+    code_checksum = models.CharField(max_length=64, unique=True)  # sha256 of the code
+    application = models.ForeignKey(
+        oauth2_settings.APPLICATION_MODEL, models.CASCADE, related_name="used_codes"
+    )
+    access_token_checksum = models.CharField(max_length=64)
+    token_family = models.UUIDField(null=True, blank=True)  # its refresh token's family
+    used_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # oauth_clear_expired: the codes used before a refresh token's lifetime.
+            models.Index(fields=["used_at"], name="oauth_used_code_used_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"code used {self.used_at:%Y-%m-%d %H:%M} by {self.application_id}"

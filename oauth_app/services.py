@@ -1,8 +1,10 @@
 """The writes of a connection's life: consent (connection_grant), use (connection_touch) and
-disconnection (connection_end)."""
+disconnection (connection_end); and the authorization codes used (code_used, code_reused)."""
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from datetime import timedelta
 
 from django.conf import settings
@@ -14,7 +16,9 @@ from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
 from oauth_app.clients import client_name
-from oauth_app.models import Connection
+from oauth_app.models import Connection, UsedCode
+
+log = logging.getLogger(__name__)
 
 # last_used_at is written at most this often per connection: a host calling tools in a loop
 # must not write a row per request.
@@ -71,3 +75,52 @@ def connection_end(*, connection: Connection) -> str:
     Grant.objects.filter(user=owner, application=application).delete()
     connection.delete()
     return client_name(application)
+
+
+def _checksum(secret: str) -> str:
+    # As django-oauth-toolkit stores its tokens (COMPLIANT_BCP_RFC9700_TOKEN_STORAGE).
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def code_used(*, code: str, application: Application, access_token: str) -> UsedCode:
+    """The code was exchanged for `access_token` (and the refresh token issued with it): kept,
+    so that a second exchange can revoke them (code_reused)."""
+    checksum = _checksum(access_token)
+    family = (
+        RefreshToken.objects.filter(access_token__token_checksum=checksum)
+        .values_list("token_family", flat=True)
+        .first()
+    )
+    used = UsedCode(
+        code_checksum=_checksum(code),
+        application=application,
+        access_token_checksum=checksum,
+        token_family=family,
+    )
+    used.full_clean()
+    used.save()
+    return used
+
+
+@transaction.atomic
+def code_reused(*, code: str, application: Application) -> bool:
+    """A code that is no longer valid was presented: if it was exchanged before, it leaked, and
+    every token its exchange gave is revoked, the refresh tokens rotated from it too (RFC 6749
+    §4.1.2). Whether it was."""
+    used = UsedCode.objects.filter(code_checksum=_checksum(code), application=application).first()
+    if used is None:
+        return False
+    RefreshToken.revoke_family(used.token_family)
+    AccessToken.objects.filter(token_checksum=used.access_token_checksum).delete()
+    log.warning(
+        "an authorization code of %s was used twice: the tokens it gave are revoked",
+        client_name(application),
+    )
+    return True
+
+
+def used_codes_clear() -> int:
+    """Used codes older than a refresh token lives: their tokens are dead already."""
+    before = timezone.now() - timedelta(seconds=settings.ETHAN_OAUTH_REFRESH_TOKEN_DAYS * 86_400)
+    deleted, _ = UsedCode.objects.filter(used_at__lt=before).delete()
+    return deleted

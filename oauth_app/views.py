@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
@@ -25,6 +25,7 @@ from django.db import transaction
 from django.http import Http404, HttpResponse, JsonResponse
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
+from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import (
     AuthorizationView,
     DynamicClientRegistrationManagementView,
@@ -32,11 +33,17 @@ from oauth2_provider.views import (
     OAuthProtectedResourceMetadataView,
     TokenView,
 )
-from rest_framework.throttling import SimpleRateThrottle
 
 from oauth_app import resource, scopes
-from oauth_app.clients import client_domain, client_name, redirect_host, redirect_uri_refusal
+from oauth_app.clients import (
+    client_domain,
+    client_name,
+    impersonated,
+    redirect_host,
+    redirect_uri_refusal,
+)
 from oauth_app.services import connection_grant
+from oauth_app.throttles import RegistrationThrottle
 
 
 def _origin(request) -> str:
@@ -57,12 +64,18 @@ class ConsentView(AuthorizationView):
         refusal = self._resource_refusal(given, request)
         if refusal:
             return refusal
+        request.GET = request.GET.copy()
         if not given:
             # A host that sends no resource gets a token for /mcp all the same, never one
             # valid anywhere.
-            request.GET = request.GET.copy()
             request.GET["resource"] = resource.mcp_resource(_origin(request))
         return super().get(request, *args, **kwargs)
+
+    def redirect(self, redirect_to, application):
+        """Every redirect back to the host names this server (RFC 9207 `iss`), its errors too
+        (a denial, a PKCE error): DOT adds it to a granted code only, and hosts that check it,
+        as the metadata tells them to, reject an answer without it."""
+        return super().redirect(_with_issuer(redirect_to, self.request), application)
 
     def form_valid(self, form):
         refusal = self._resource_refusal(
@@ -129,15 +142,24 @@ class ConsentView(AuthorizationView):
         # The MCP authorization specification: show the redirect URI's host, and warn when it
         # is the loopback interface (a metadata document cannot stop another program on the
         # computer from claiming a localhost callback).
+        # What the page names is where this request's code goes (the redirect URI it uses, of
+        # those registered), never a host the client merely listed: a client registered with
+        # claude.ai's callback and its own showed as claude.ai while sending the code to its own.
         host, loopback = redirect_host(redirect_uri)
+        name = client_name(application)
+        verified = application.client_id.startswith("https://")
+        claimed = impersonated(name, redirect_uri)
         return {
             "application": application,
-            "client_name": client_name(application),
-            "client_domain": client_domain(application),
-            "client_verified": application.client_id.startswith("https://"),
+            "client_name": name,
+            # A metadata document's host vouches for the client (it published the document).
+            "client_domain": client_domain(application) if verified else "",
+            "client_verified": verified,
             "asks_write": scopes.WRITE in asked.split(),
             "redirect_host": host,
             "redirect_loopback": loopback,
+            "claimed_host": claimed[0].capitalize() if claimed else "",
+            "claimed_domains": ", ".join(claimed[1]) if claimed else "",
         }
 
     def _resource_refusal(self, resources: list[str], request) -> HttpResponse | None:
@@ -157,6 +179,13 @@ class ConsentView(AuthorizationView):
         )
 
 
+def _with_issuer(uri: str, request) -> str:
+    parts = urlsplit(uri)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "iss"]
+    query.append(("iss", oauth2_settings.oauth2_authorization_server_issuer(request)))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class JsonTokenView(TokenView):
     """DOT's token endpoint; its refusals raised by the validator (invalid_target) come without
     a media type, and RFC 6749 §5.2 answers every error as application/json."""
@@ -167,18 +196,6 @@ class JsonTokenView(TokenView):
             response["Content-Type"] = "application/json"
             response["Cache-Control"] = "no-store"
         return response
-
-
-class RegistrationThrottle(SimpleRateThrottle):
-    """Registrations per client address (ETHAN_OAUTH_REGISTER_RATE), in the shared cache."""
-
-    scope = "oauth_register"
-
-    def get_rate(self) -> str:
-        return settings.ETHAN_OAUTH_REGISTER_RATE
-
-    def get_cache_key(self, request, view) -> str:
-        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
 
 class ClientRegistrationView(DynamicClientRegistrationView):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import ipaddress
 import json
 import ssl
@@ -38,12 +39,21 @@ def served_site() -> Iterator[str]:
     """The server `make serve` runs (ethan_site.asgi: Django, and the MCP app at /mcp, one
     origin), under uvicorn in a thread of this process on the test's database, as
     tests.mcp_client serves the MCP app alone. Yields the origin."""
+    import uvicorn
+
     from ethan_site.asgi import Doors  # holds the MCP app's own http_app, imported before
 
     def whole_site(*, host: str, port: int) -> Doors:
         return Doors()
 
-    with mock.patch("channels.mcp_server.server.http_app", whole_site), served_in_thread() as url:
+    # As ethan_site.serve runs it: uvicorn trusts no proxy header (it would X-Forwarded-Proto
+    # from loopback by default); the application does, with ETHAN_NUM_PROXIES.
+    as_served = functools.partial(uvicorn.Config, proxy_headers=False)
+    with (
+        mock.patch("channels.mcp_server.server.http_app", whole_site),
+        mock.patch("uvicorn.Config", as_served),
+        served_in_thread() as url,
+    ):
         yield url.removesuffix("/mcp")
 
 
@@ -308,3 +318,77 @@ def provider_for(
         callback_handler=browser.callback,
         client_metadata_url=cimd or None,  # a client metadata document's URL, if it has one
     )
+
+
+@dataclass
+class DrippingServer:
+    """An https server on loopback that answers every GET with a client metadata document's
+    headers at once, then its body one byte every `interval` seconds (a host holding Ethan's
+    fetch open). Counts the bytes it sent and the answers still dripping."""
+
+    origin: str
+    body: bytes
+    interval: float = 1.0
+    sent: int = 0
+    dripping: int = 0
+    answered: threading.Event = field(default_factory=threading.Event)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+@contextlib.contextmanager
+def dripping_server(ca: LoopbackCA, length: int = 120) -> Iterator[DrippingServer]:
+    port = free_port()
+    origin = f"https://127.0.0.1:{port}"
+    # A valid document once whole (padded with spaces), naming whichever path was asked.
+    served = DrippingServer(origin=origin, body=b"")
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            document = json.dumps(
+                {
+                    "client_id": origin + self.path,
+                    "client_name": "Drip",
+                    "redirect_uris": [REDIRECT],
+                    "token_endpoint_auth_method": "none",
+                }
+            ).encode()
+            body = document + b" " * max(0, length - len(document))
+            served.body = body
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+            with lock:
+                served.dripping += 1
+            served.answered.set()
+            try:
+                for byte in range(len(body)):
+                    if served.stop.wait(served.interval):
+                        return
+                    self.wfile.write(body[byte : byte + 1])
+                    self.wfile.flush()
+                    with lock:
+                        served.sent += 1
+            except OSError:
+                return  # Ethan hung up
+            finally:
+                with lock:
+                    served.dripping -= 1
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(ca.cert_file, ca.key_file)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        served.stop.set()
+        httpd.shutdown()
+        httpd.server_close()

@@ -36,12 +36,13 @@ def test_the_consent_page_names_the_client_and_what_it_may_do(host):
     page = host.client.get("/oauth/authorize/", host.authorize_params(challenge))
 
     text = page.content.decode()
-    assert "Connect Test Host" in text and "(says it is 127.0.0.1)" in text
+    assert 'id="client-name">Test Host<' in text
     assert "Read your memory" in text and "Write to your memory" in text
     assert 'name="write"' in text
-    # Where the code goes, and a warning for the loopback interface (MCP security
-    # considerations: "Localhost Redirect URI Risks").
-    assert "sends you back to <strong>127.0.0.1</strong>" in text
+    # Where the code goes (with its port, on loopback, where any port is accepted), and a
+    # warning for the loopback interface (MCP security considerations: "Localhost Redirect
+    # URI Risks").
+    assert 'id="destination">127.0.0.1:33418<' in text
     assert 'id="loopback-warning"' in text
 
 
@@ -108,15 +109,20 @@ def test_a_missing_or_wrong_verifier_is_refused(host):
     assert not AccessToken.objects.filter(user__isnull=False).exists()
 
 
-def test_a_code_is_used_once(host):
+def test_a_code_used_twice_revokes_what_it_gave(host):
+    """RFC 6749 §4.1.2: the second exchange is refused, and the tokens of the first, the
+    refresh tokens rotated from them too, are revoked (it leaked)."""
     verifier, challenge = pkce()
     code = host.code(challenge)
+    first = host.token(code, verifier).json()
+    rotated = host.refresh(first["refresh_token"]).json()
 
-    assert host.token(code, verifier).status_code == 200
     again = host.token(code, verifier)
 
     assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
-    assert AccessToken.objects.filter(user__isnull=False).count() == 1
+    assert not AccessToken.objects.filter(user__isnull=False).exists()
+    assert not RefreshToken.objects.filter(revoked__isnull=True).exists()
+    assert host.refresh(rotated["refresh_token"]).json()["error"] == "invalid_grant"
 
 
 def test_a_token_for_another_resource_is_refused(host):

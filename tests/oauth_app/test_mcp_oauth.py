@@ -93,7 +93,8 @@ def test_a_host_with_a_client_metadata_document_connects_by_url(site, documents,
     assert (application.name, application.registration_source) == ("Claude", "cimd")
     assert documents.fetches == {"/claude.json": 1}
     [page] = browser.consent_pages
-    assert "Connect Claude" in page and "(127.0.0.1)" in page  # the document's own domain
+    assert 'id="client-name">Claude<' in page
+    assert "published at 127.0.0.1" in page  # the document's own domain
     assert storage.tokens.scope == "memory.read memory.write"
     assert AccessToken.objects.get(user=person).resource == [f"{site}/mcp"]
 
