@@ -94,7 +94,7 @@ def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path):
     assert wrong.returncode == 1
     assert wrong.stderr == (
         "CommandError: nothing imported: conversations.json: not a claude export: conversation "
-        "1 has no uuid and chat_messages; it looks like a chatgpt export: --from chatgpt\n"
+        "1 has no uuid and no chat_messages; it looks like a chatgpt export: --from chatgpt\n"
     )
     missing = ethan(["import", "--from", "claude", str(tmp_path / "nope.zip")], home)
     assert (missing.returncode, missing.stderr) == (
