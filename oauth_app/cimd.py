@@ -2,10 +2,14 @@
 (draft-ietf-oauth-client-id-metadata-document, which the MCP authorization specification
 prefers to registration).
 
-django-oauth-toolkit's SafeMetadataFetcher does the hard part, and this keeps its rules: https
+django-oauth-toolkit's SafeMetadataFetcher does much of it, and this keeps its rules: https
 only; the host resolved once, every address checked, and the connection made to that checked
-address (no second lookup to rebind); no redirects; one deadline for the whole fetch
-(CIMD_FETCH_TIMEOUT_SECONDS); at most CIMD_MAX_DOCUMENT_SIZE bytes read; the document cached
+address (no second lookup to rebind); no redirects; at most CIMD_MAX_DOCUMENT_SIZE bytes read;
+one deadline for the whole fetch (CIMD_FETCH_TIMEOUT_SECONDS), which Ethan enforces itself: its
+urllib3 timeouts bound each read of the socket, not the body, and a host that sent a byte every
+2 s held a request thread for 43 s (_fetched cuts the socket at the deadline). Fewer fetches run
+at once than there are request threads (CIMD_MAX_CONCURRENT_FETCHES, settings), and a URL not
+known yet counts as a registration from its address (oauth_app.throttles). The document cached
 for its Cache-Control max-age (no-store and no-cache: the shortest), clamped between
 CIMD_METADATA_MIN_AGE_SECONDS and CIMD_METADATA_MAX_AGE_SECONDS, on the Application row. A
 failed fetch is remembered for CIMD_FAILURE_BACKOFF_SECONDS.
