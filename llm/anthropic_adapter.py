@@ -118,8 +118,8 @@ def _request_kwargs(request: Request) -> dict[str, Any]:
 def _choices_kwargs(request: Request) -> dict[str, Any]:
     """A caller's tool choice and sampling, in the Messages API's words: tool_choice any/tool
     for required/a named function, parallel calls off through disable_parallel_tool_use;
-    stop_sequences; the caller's end user as metadata.user_id. Messages has no seed and no
-    response_format: those are left out (docs/openai.md)."""
+    stop_sequences; the caller's end user as metadata.user_id. The SDK takes no temperature,
+    top_p, seed or response_format: those are left out (docs/openai.md)."""
     kwargs: dict[str, Any] = {}
     choice = request.tool_choice
     if request.tools and (choice.mode != "auto" or request.parallel_tool_calls is False):
@@ -129,11 +129,7 @@ def _choices_kwargs(request: Request) -> dict[str, Any]:
             tool_choice["disable_parallel_tool_use"] = True
         kwargs["tool_choice"] = tool_choice
     sampling = request.sampling
-    if sampling.temperature is not None:
-        # Anthropic's range is 0-1, OpenAI's 0-2.
-        kwargs["temperature"] = min(sampling.temperature, 1.0)
-    if sampling.top_p is not None:
-        kwargs["top_p"] = sampling.top_p
+    # No temperature or top_p: the SDK's Messages.create (2.x) takes neither any more.
     if sampling.stop:
         kwargs["stop_sequences"] = list(sampling.stop)
     if sampling.user:

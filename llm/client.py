@@ -212,6 +212,9 @@ def complete(
     max_tokens: int = 1024,
     timeout: float | None = None,
     json_schema: JsonSchema | None = None,
+    tool_choice: ToolChoice = AUTO,
+    parallel_tool_calls: bool | None = None,
+    sampling: Sampling = NO_SAMPLING,
 ) -> Completion:
     """One completion from `model`: `stream(...)` drained, with the same retries and errors.
 
@@ -226,6 +229,9 @@ def complete(
         max_tokens=max_tokens,
         timeout=timeout,
         json_schema=json_schema,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        sampling=sampling,
     )
     return drain(events)
 

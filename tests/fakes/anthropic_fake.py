@@ -76,6 +76,8 @@ class FakeAnthropic(FakeServer):
             for block in blocks:
                 if block.get("type") == "text" and not block.get("text"):
                     raise ProtocolError(f"messages.{index}: text content blocks must be non-empty")
+                if block.get("type") in ("image", "document"):
+                    self.check_source(block, f"messages.{index}")
             expected = "assistant" if role == "user" else "user"
         for tool in body.get("tools", []):
             if set(tool) - {"name", "description", "input_schema"} or "input_schema" not in tool:
@@ -84,6 +86,26 @@ class FakeAnthropic(FakeServer):
             self.check_tool_choice(body["tool_choice"], body.get("tools", []))
         if "output_config" in body:
             self.check_output_config(body["output_config"])
+
+    @staticmethod
+    def check_source(block: dict[str, Any], where: str) -> None:
+        """An image or document block's source: base64 with its media type, or a URL. Images
+        are JPEG, PNG, GIF or WebP; documents PDF (or plain text)."""
+        source = block.get("source") or {}
+        kind = source.get("type")
+        if kind == "url":
+            if not str(source.get("url", "")).startswith("https://"):
+                raise ProtocolError(f"{where}: source.url must be an https URL")
+            return
+        if kind != "base64" or not source.get("data"):
+            raise ProtocolError(f"{where}: source must be base64 (with data) or url")
+        allowed = (
+            {"image/jpeg", "image/png", "image/gif", "image/webp"}
+            if block["type"] == "image"
+            else {"application/pdf", "text/plain"}
+        )
+        if source.get("media_type") not in allowed:
+            raise ProtocolError(f"{where}: source.media_type must be one of {sorted(allowed)}")
 
     @staticmethod
     def check_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> None:

@@ -50,6 +50,10 @@ class FakeGemini(FakeServer):
                 )
             open_calls = []
             for part in parts:
+                inline = part.get("inlineData") or part.get("inline_data")
+                mime = inline and (inline.get("mimeType") or inline.get("mime_type"))
+                if inline is not None and not (mime and inline.get("data")):
+                    raise ProtocolError(f"contents[{index}]: inlineData needs mimeType and data")
                 call = part.get("functionCall")
                 if call is None:
                     continue

@@ -67,6 +67,8 @@ class FakeOpenAI(FakeServer):
                 continue
             if pending:
                 raise ProtocolError(f"tool_calls without answers: {sorted(pending)}")
+            if isinstance(message.get("content"), list):
+                self.check_parts(message["content"], role)
             for call in message.get("tool_calls") or []:
                 json.loads(call["function"]["arguments"])  # must be a JSON string
                 pending.add(call["id"])
@@ -77,6 +79,27 @@ class FakeOpenAI(FakeServer):
             raise ProtocolError("stream_options is only allowed when stream is true")
         if "response_format" in body:
             self.check_response_format(body["response_format"])
+
+    @staticmethod
+    def check_parts(parts: list[Any], role: str) -> None:
+        """Content parts: text everywhere; image_url, input_audio and file in user messages,
+        each with what the API requires of it."""
+        for part in parts:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                continue
+            if role != "user" or kind not in ("image_url", "input_audio", "file"):
+                raise ProtocolError(f"invalid content part {kind!r} in a {role} message")
+            if kind == "image_url" and not str(part["image_url"].get("url", "")).startswith(
+                ("https://", "http://", "data:image/")
+            ):
+                raise ProtocolError("image_url.url must be a URL or a data:image/ URL")
+            if kind == "input_audio" and part["input_audio"].get("format") not in ("wav", "mp3"):
+                raise ProtocolError("input_audio.format must be wav or mp3")
+            if kind == "file" and not (
+                part["file"].get("file_data") or part["file"].get("file_id")
+            ):
+                raise ProtocolError("file needs file_data or file_id")
 
     @staticmethod
     def check_response_format(response_format: Any) -> None:
