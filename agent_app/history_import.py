@@ -264,7 +264,11 @@ def import_upload_run(*, run_id: int) -> None:
     if run is None:
         return
     if not claimed:
-        if run.status == ImportRun.Status.READING:
+        # With a broker, a delivery that finds the run reading is one again after the one before
+        # died (the visibility timeout is longer than a task may run: never two at once).
+        # Embedded there is no delivery again, only a second start of a run another thread has
+        # just taken (import_runs_recover): that one is left to it.
+        if run.status == ImportRun.Status.READING and not settings.ETHAN_EMBEDDED:
             _run_update(
                 run, status=ImportRun.Status.FAILED, error=_interrupted(run.file_name), upload=None
             )

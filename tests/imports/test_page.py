@@ -137,7 +137,10 @@ def test_an_upload_over_the_limit_is_refused(owner, settings, declared):
     assert not ImportRun.objects.exists()
 
 
-def test_a_delivery_again_after_a_worker_died_mid_read_fails_the_run_and_reads_nothing(owner):
+def test_a_delivery_again_after_a_worker_died_mid_read_fails_the_run_and_reads_nothing(
+    owner, settings
+):
+    settings.ETHAN_EMBEDDED = False  # a broker, which delivers again what a dead worker held
     upload(client_for(owner))
     run = ImportRun.objects.get(owner=owner)
     # The worker died while reading (killed: by its input, as a deep file once did, or a
@@ -230,3 +233,13 @@ def test_the_help_the_page_names_is_on_the_page(owner):
     assert 'href="#import-help"' in page and '<details id="import-help"' in page
     assert "Settings → Data controls → Export data" in page
     assert "Settings → Privacy → Export data" in page
+
+
+def test_embedded_a_second_start_of_a_run_being_read_leaves_it_to_its_reader(owner, settings):
+    settings.ETHAN_EMBEDDED = True
+    upload(client_for(owner))
+    run = ImportRun.objects.get(owner=owner)
+    ImportRun.objects.filter(pk=run.pk).update(status="reading")  # another thread has it
+    import_upload_run(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.status, run.error, run.upload is not None) == ("reading", "", True)
