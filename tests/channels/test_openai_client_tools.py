@@ -375,3 +375,30 @@ def test_an_attachment_over_its_limit_is_400_and_stores_nothing(
     assert refused.value.body["code"] == "attachment_too_large"
     assert "ETHAN_V1_MAX_ATTACHMENT_BYTES" in refused.value.body["message"]
     assert not ChatSession.objects.exists()
+
+
+def test_ethan_plain_answers_without_memory_and_stores_nothing(client_for, owner, fakes):
+    from memory_app.services import fact_write
+
+    fact_write(
+        owner=owner, content="用户住在里斯本", category="knowledge", confidence=0.9, source="api"
+    )
+    openai_fake = fakes["openai"]
+    openai_fake.fake.reply(openai_fake.text('{"title": "Lisbon weather"}'))
+    client = client_for(owner)
+    assert "ethan-plain" in [model.id for model in client.models.list()]
+    completion = client.chat.completions.create(
+        model="ethan-plain/gpt-4o",
+        messages=[{"role": "system", "content": "Answer in JSON."}, QUESTION],
+        tools=[WEATHER],
+    )
+    assert completion.choices[0].message.content == '{"title": "Lisbon weather"}'
+    assert completion.model == "ethan-plain/gpt-4o"
+    [request] = openai_fake.fake.requests
+    # The app's messages as they are: its system text, no memory, none of Ethan's tools.
+    assert request.body["messages"] == [
+        {"role": "system", "content": "Answer in JSON."},
+        {"role": "user", "content": QUESTION["content"]},
+    ]
+    assert [t["function"]["name"] for t in request.body["tools"]] == ["get_weather"]
+    assert not ChatSession.objects.exists() and not Message.objects.exists()
