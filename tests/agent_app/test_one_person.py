@@ -79,7 +79,7 @@ def test_the_quickstart_is_one_person_at_every_door(tmp_path):
     assert "flat white" in answer.choices[0].message.content
     assert memory_page.status == 200 and "flat white" in memory_page.text
     [fact] = [hit["content"] for hit in hits if hit["kind"] == "fact"]
-    assert "my favourite coffee is a flat white" in fact
+    assert "favourite coffee is a flat white" in fact
     with sqlite3.connect(home / "ethan.sqlite3") as db:
         assert db.execute("SELECT username FROM auth_user").fetchall() == [("ada",)]
 
@@ -115,7 +115,7 @@ def test_password_on_a_terminal_is_asked_twice_unseen(tmp_path):
     assert differ.exitstatus == 1
     # One line (red on a terminal), after the two prompts.
     shown = re.sub(r"\x1b\[[0-9;]*m", "", differ.before)
-    assert shown.strip() == "CommandError: the two passwords differ; nothing changed"
+    assert shown.strip() == "ethan password: the two passwords differ; nothing changed"
     assert stored_password(home, "grace").startswith("!")  # still unusable: no password
 
     agreed = password_prompt(["--user", "grace"], home)
@@ -147,6 +147,6 @@ def test_a_refused_password_is_one_line_and_changes_nothing(tmp_path):
         assert (refused.returncode, refused.stdout, refused.stderr) == (
             1,
             "",
-            f"CommandError: {message}\n",
+            f"ethan password: {message}\n",
         ), stdin
     assert stored_password(home, "ada") == before

@@ -6,7 +6,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from ethan_site.cli import SUBCOMMANDS, route
+from ethan_site.cli import SUBCOMMANDS, USAGE, route
 from tests.conftest import ROOT, clean_env, run_ethan
 
 
@@ -35,12 +35,13 @@ def test_ethan_migrates_a_fresh_home_and_resumes(tmp_path):
     assert again.stdout.startswith("Resumed s_")
     assert "  user: remember the milk" in again.stdout
     unknown = run_ethan(["-r", "nope", "--user", "ada"], tmp_path)
-    assert (unknown.returncode, unknown.stderr) == (1, "CommandError: no session matches 'nope'\n")
+    assert (unknown.returncode, unknown.stderr) == (1, "ethan: no session matches 'nope'\n")
 
 
 def test_ethan_help_lists_every_subcommand_on_a_line_of_its_own(tmp_path):
     shown = run_ethan(["--help"], tmp_path)
     assert (shown.returncode, shown.stderr) == (0, "")
+    assert shown.stdout.splitlines()[0] == USAGE
     listed = {}
     for line in shown.stdout.splitlines():
         # "    ethan import|export [--home DIR]   from or to …": each word, and what it does.
@@ -136,3 +137,41 @@ def test_ethan_import_and_export_from_the_console_script(tmp_path):
     assert [f["content"] for f in facts] == ["用户喜欢美式咖啡"]
     refused = run_ethan(["import", "--home", str(tmp_path / "nowhere")], home)
     assert refused.returncode == 1 and "is not a folder" in refused.stderr
+
+
+# What only Django's manage.py should show: its options and its name for an error.
+DJANGO_WORDS = ("--settings", "--pythonpath", "--traceback", "--skip-checks", "CommandError")
+
+
+def test_ethan_usage_errors_read_as_one_program_and_write_nothing(tmp_path):
+    home = tmp_path / "home"  # a fresh install: no ~/.ethan yet
+    mistakes = {
+        ("bogus",): f"{USAGE}\nethan: error: 'bogus' is not a command (ethan --help lists them)\n",
+        ("--bogus",): "usage: ethan [-h] [-r ID] [--model MODEL] [--mode MODE] [--user USER]\n"
+        "ethan: error: unrecognized arguments: --bogus\n",
+        ("serve", "--workers", "two"): "usage: ethan serve [-h] [--bind BIND] [--workers WORKERS]\n"
+        "ethan serve: error: argument --workers: invalid int value: 'two'\n",
+        ("session", "bogus"): "usage: ethan session [-h] [--user USER] ACTION ...\n"
+        "ethan session: error: argument ACTION: invalid choice: 'bogus' "
+        "(choose from 'list', 'show', 'delete', 'search')\n",
+    }
+    for argv, message in mistakes.items():
+        shown = run_ethan(list(argv), home)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (2, "", message), argv
+    assert not home.exists()
+
+
+def test_ethan_command_help_is_its_own_and_writes_nothing(tmp_path):
+    home = tmp_path / "home"
+    for word in ("chat", "serve", "session", "token", "import", "mcp"):
+        shown = run_ethan([word, "--help"], home)
+        assert (shown.returncode, shown.stderr) == (0, ""), word
+        assert shown.stdout.startswith(f"usage: ethan {word} [-h]"), shown.stdout
+        assert not any(django in shown.stdout for django in DJANGO_WORDS), shown.stdout
+    shown = run_ethan(["serve", "--version"], home)
+    assert (shown.returncode, shown.stdout) == (0, f"ethan {version('ethan')}\n")
+    assert not home.exists()
+    # The same words do their work once they are right: the home is made and migrated then.
+    made = run_ethan(["token", "ada"], home)
+    assert made.returncode == 0, made.stderr
+    assert {"ethan.sqlite3", "secret_key"} <= {path.name for path in home.iterdir()}

@@ -86,20 +86,20 @@ def test_a_bad_file_is_refused_in_one_line_and_nothing_is_written(tmp_path):
     ran = ethan(["import", "--from", "chatgpt", str(broken)], home)
     assert ran.returncode == 1
     assert refusal(ran) == (
-        "CommandError: nothing imported: conversations.json: broken JSON in conversation 2 "
+        "ethan import: nothing imported: conversations.json: broken JSON in conversation 2 "
         "(parse error: premature EOF)\n"
     )
     assert rows(home, "SELECT count(*) FROM sessions_app_chatsession") == [(0,)]
     wrong = ethan(["import", "--from", "claude", str(write_json(broken, [good]))], home)
     assert wrong.returncode == 1
     assert wrong.stderr == (
-        "CommandError: nothing imported: conversations.json: not a claude export: conversation "
+        "ethan import: nothing imported: conversations.json: not a claude export: conversation "
         "1 has no uuid and no chat_messages; it looks like a chatgpt export: --from chatgpt\n"
     )
     missing = ethan(["import", "--from", "claude", str(tmp_path / "nope.zip")], home)
     assert (missing.returncode, missing.stderr) == (
         1,
-        "CommandError: nothing imported: nope.zip: no such file\n",
+        "ethan import: nothing imported: nope.zip: no such file\n",
     )
     no_source = ethan(["import", str(broken)], home)
     assert no_source.returncode == 1

@@ -75,8 +75,13 @@ def test_console_script_session_commands_on_a_fresh_home(tmp_path):
     listed = run_ethan(["session", "list", "--help"], tmp_path)
     assert listed.returncode == 0, listed.stderr
 
+    # Help wrote nothing: the first command that works prepares the database.
     listed = run_ethan(["session", "--user", "ada", "list"], tmp_path)
-    assert (listed.returncode, listed.stdout, listed.stderr) == (0, "No sessions yet.\n", "")
+    assert (listed.returncode, listed.stdout, listed.stderr) == (
+        0,
+        "No sessions yet.\n",
+        "Preparing the database…\n",
+    )
 
     chat = run_ethan(["--user", "ada"], tmp_path, stdin="我们今天聊聊记忆系统\n/exit\n")
     assert chat.returncode == 0, chat.stderr
@@ -85,7 +90,7 @@ def test_console_script_session_commands_on_a_fresh_home(tmp_path):
     missing = run_ethan(["session", "--user", "ada", "show", "zzzz"], tmp_path)
     assert missing.returncode == 1
     assert missing.stdout == ""
-    assert missing.stderr.strip() == "CommandError: no session matches 'zzzz'"
+    assert missing.stderr.strip() == "ethan session: no session matches 'zzzz'"
 
     refused = run_ethan(["session", "--user", "ada", "delete", session_id], tmp_path, stdin="no\n")
     assert refused.returncode == 1
