@@ -1,5 +1,7 @@
-"""gunicorn reads this file from the working directory (`make serve`, docker-compose's web, the
-image's command).
+"""For ethan_site.wsgi under gunicorn: the synchronous server that `make serve` ran before the
+ASGI one, kept as the benchmarks' baseline (bench.concurrent_streams passes --config
+gunicorn.conf.py). `make serve`, docker compose and the image run `ethan serve` instead
+(ethan_site.serve: uvicorn), which does not read this file.
 
 The settings are loaded once in the master before any worker starts: a bad value stops
 gunicorn with one line naming the variable, instead of workers failing to boot in a loop.
@@ -7,7 +9,7 @@ gunicorn with one line naming the variable, instead of workers failing to boot i
 
 wsgi_app = "ethan_site.wsgi:application"
 
-# The access log (`--access-logfile -` in `make serve` and docker-compose): each request's path
+# The access log (`--access-logfile -` on the command line): each request's path
 # without its query string (%(U)s, not %(r)s), for queries hold what people search for
 # (ethan_site.access_log). No referer either: it is the previous page's URL, query and all.
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'
