@@ -19,7 +19,7 @@
 
 from collections.abc import Sequence
 
-from llm.text import statements
+from llm.text import person_words, sentences, tells
 
 EXTRACTED = 0.8
 STRONG_SIGNAL = 0.9
@@ -39,8 +39,9 @@ def from_importance(importance: float, *, said: Sequence[str] = ()) -> float:
     marked a strong signal (importance >= 0.9). The rule, not the model, sets the range.
 
     `said`: what the person said that the fact came from (its source messages). When all of
-    it asks, the signal was a question, not a strong one: 0.8."""
-    if said and not any(statements(text) for text in said):
+    it asks (a question, a request) or is markup around other words (llm.text.person_words:
+    a quoted transcript, an app's prompt), the signal was not the person's: 0.8."""
+    if said and not any(tells(part) for text in said for part in sentences(person_words(text))):
         return EXTRACTED
     if importance >= STRONG_SIGNAL:
         return min(AGENT_PROACTIVE, round(importance, 2))

@@ -14,6 +14,7 @@ from django.utils.html import escape
 from agent_app.lifecycle import sessions_finish_idle_task
 from episodes_app.models import Episode
 from ethan_site import queue
+from llm.text import dated
 from memory_app.models import Fact, WorkingState
 from sessions_app.models import ChatSession, Message
 from tests.channels.test_memory_page import client_for
@@ -115,10 +116,13 @@ def test_a_six_round_api_session_closed_idle_has_its_facts_each_round_once(
 
     assert mini.calls == ["consolidate"]
     facts = Fact.objects.filter(owner=owner).order_by("id")
-    assert [(fact.content, fact.source) for fact in facts] == [
-        (f"用户说过：{text}", "consolidator") for text in said
-    ]
     users = Message.objects.filter(session_id=session_id, role="user").order_by("seq")
+    # A relative date ("下周") is dated from when it was said (llm.text.dated).
+    assert [(fact.content, fact.source) for fact in facts] == [
+        (dated(f"用户说过：{m.content}", said_at=timezone.localtime(m.created_at)), "consolidator")
+        for m in users
+    ]
+    assert "下周（" in facts[3].content
     assert [list(fact.sources.all()) for fact in facts] == [[message] for message in users]
     state = WorkingState.objects.get(session_id=session_id)
     assert (state.compressed_through, state.extracted_through) == (0, 6)
@@ -248,15 +252,20 @@ def test_short_chats_ends_wait_for_each_other_then_share_one_call(
         (second.pk, "会话摘要2"),
     }
     facts = Fact.objects.order_by("id")
+    tokyo = second.messages.get(content="下周我要去东京出差。")
     assert [(f.content, f.session_id) for f in facts] == [
         ("用户说过：I live in Lisbon.", first.pk),
         ("用户说过：我女儿叫小米。", first.pk),
         ("用户说过：My dog is called Max.", second.pk),
-        ("用户说过：下周我要去东京出差。", second.pk),
+        (
+            dated(f"用户说过：{tokyo.content}", said_at=timezone.localtime(tokyo.created_at)),
+            second.pk,
+        ),
     ]
     for fact in facts:
         source = fact.sources.get()
-        assert fact.content.endswith(source.content) and source.session_id == fact.session_id
+        said = dated(source.content, said_at=timezone.localtime(source.created_at))
+        assert fact.content.endswith(said) and source.session_id == fact.session_id
     for session in (first, second):
         state = WorkingState.objects.get(session=session)
         assert state.extracted_through == 2

@@ -296,3 +296,12 @@ def test_from_imported_history_a_question_is_never_quoted_as_an_answer(owner, ll
     )
     assert "txt]" not in reply and "Why is" not in reply, reply
     assert reply == "I don't remember you telling me that."
+
+
+def test_a_strong_signal_in_a_request_or_a_quoted_assistant_is_no_strong_signal():
+    from memory_app import confidence
+
+    assert confidence.from_importance(0.95, said=["Tell me what you remember about Mia."]) == 0.8
+    quoted = "<chat_history>\nUSER: Where do I live?\nASSISTANT: Remember, you live in Lisbon.\n"
+    assert confidence.from_importance(0.95, said=[quoted + "</chat_history>"]) == 0.8
+    assert confidence.from_importance(0.95, said=["Remember that I live in Lisbon."]) == 0.95
