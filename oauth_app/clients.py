@@ -121,3 +121,10 @@ def client_name(application: Application) -> str:
     return (clean_name(application.name) or client_domain(application) or application.client_id)[
         :NAME_MAX_CHARS
     ]
+
+
+def host_key(application: Application) -> tuple[str, tuple[str, ...]]:
+    """What makes registrations one host to the person: the same name and the same redirect
+    URIs. Claude and ChatGPT register again whenever told invalid_client, each time a new
+    client id; the person still connected one app."""
+    return client_name(application).casefold(), tuple(sorted(application.redirect_uris.split()))

@@ -20,6 +20,9 @@ class Connection(models.Model):
     scope = models.CharField(max_length=255)  # granted, space-separated (oauth_app.scopes)
     connected_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Facts this client (this client id) stored in the person's memory over MCP: the Connected
+    # apps tab's count. By id, not by the name the facts record, which two clients can share.
+    facts_written = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -11,7 +11,7 @@ from django.http import Http404
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, RefreshToken
 
-from oauth_app.clients import client_name
+from oauth_app.clients import client_name, host_key
 from oauth_app.models import Connection
 from oauth_app.resource import canonical
 
@@ -32,6 +32,14 @@ def connections_for_owner(*, owner: AbstractBaseUser) -> QuerySet[Connection]:
         .annotate(signed_in=Exists(live_access) | Exists(live_refresh))
         .order_by("-connected_at", "-id")
     )
+
+
+def host_connections(*, owner: AbstractBaseUser, connection_id: int) -> list[Connection]:
+    """One of the person's connections and the others of the same host (host_key: registered
+    again under another client id), the latest first; another person's id is not found."""
+    connection = connection_for_owner(owner=owner, connection_id=connection_id)
+    key = host_key(connection.application)
+    return [c for c in connections_for_owner(owner=owner) if host_key(c.application) == key]
 
 
 def connection_for_owner(*, owner: AbstractBaseUser, connection_id: int) -> Connection:

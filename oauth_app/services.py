@@ -11,11 +11,11 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 
-from oauth_app.clients import client_name
+from oauth_app.clients import client_name, host_key
 from oauth_app.models import Connection, UsedCode
 
 log = logging.getLogger(__name__)
@@ -32,14 +32,16 @@ def connection_grant(
     """The person consented: the client may act with `scopes` from now on. A new client past
     ETHAN_OAUTH_CLIENTS_PER_PERSON is refused (nothing written); consenting again to a client
     already connected replaces its scopes."""
-    # Locks the person's connections, so two consents at once cannot both pass the cap.
-    theirs = list(
-        Connection.objects.select_for_update()
+    # Locks the person's connections, so two consents at once cannot both pass the cap. Apps
+    # are counted by host (host_key): a host that registered again is the same app.
+    theirs = {
+        host_key(connection.application)
+        for connection in Connection.objects.select_for_update(of=("self",))
         .filter(owner=owner)
-        .values_list("application_id", flat=True)
-    )
+        .select_related("application")
+    }
     cap = settings.ETHAN_OAUTH_CLIENTS_PER_PERSON
-    if application.pk not in theirs and len(theirs) >= cap:
+    if host_key(application) not in theirs and len(theirs) >= cap:
         raise ValidationError(
             f"{len(theirs)} apps are connected to your memory (at most {cap}): disconnect one "
             "on the memory page's Connected apps tab first"
@@ -59,6 +61,13 @@ def connection_touch(*, owner_id: int, application_id: int) -> None:
     Connection.objects.filter(owner_id=owner_id, application_id=application_id).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - TOUCH_EVERY)
     ).update(last_used_at=now)
+
+
+def connection_wrote(*, owner_id: int, application_id: int) -> None:
+    """The client stored a new fact in the person's memory (the MCP memory_write tool)."""
+    Connection.objects.filter(owner_id=owner_id, application_id=application_id).update(
+        facts_written=F("facts_written") + 1
+    )
 
 
 @transaction.atomic

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 REQUEST_ORIGIN: ContextVar[str | None] = ContextVar("ethan_mcp_request_origin", default=None)
 # The claim of an OAuth access token that carries its client's name (the facts it writes).
 OAUTH_CLIENT_CLAIM = "ethan_oauth_client"
+# And its client's id (the Application's key): what the Connected apps tab counts writes by.
+OAUTH_APPLICATION_CLAIM = "ethan_oauth_application"
 
 
 class SessionsInUse(Exception):

@@ -58,6 +58,7 @@ from agent_app.paths import FULL, SETTINGS
 from agent_app.prompts import fact_line, stored_text
 from agent_app.tools import refusal_text
 from channels.mcp_server.http import (
+    OAUTH_APPLICATION_CLAIM,
     OAUTH_CLIENT_CLAIM,
     REQUEST_ORIGIN,
     JsonErrors,
@@ -106,6 +107,7 @@ UNKNOWN_CLIENT = "unknown"
 class Caller:
     owner: AbstractBaseUser
     client: str  # the MCP client's own name (clientInfo), for the history
+    application_id: int | None = None  # an OAuth client's id, None for an Ethan API token
 
     @property
     def actor(self) -> str:
@@ -142,7 +144,10 @@ def access_for_token(token: str, origin: str | None) -> AccessToken | None:
             scopes=access.scopes,
             expires_at=access.expires_at,
             resource=resource.mcp_resource(origin),
-            claims={OAUTH_CLIENT_CLAIM: access.client},
+            claims={
+                OAUTH_CLIENT_CLAIM: access.client,
+                OAUTH_APPLICATION_CLAIM: access.application_id,
+            },
         )
 
 
@@ -202,11 +207,16 @@ class EthanMCP:
 
     def _caller(self, ctx: Context) -> Caller:
         token = get_access_token() if self.owner_id is None else None
-        client = (token.claims or {}).get(OAUTH_CLIENT_CLAIM, "") if token is not None else ""
+        claims = (token.claims or {}) if token is not None else {}
+        client = claims.get(OAUTH_CLIENT_CLAIM, "")
         if not client:
             params = ctx.session.client_params if ctx is not None else None
             client = params.client_info.name if params is not None and params.client_info else ""
-        return Caller(owner=self._owner(), client=(client or UNKNOWN_CLIENT)[:90])
+        return Caller(
+            owner=self._owner(),
+            client=(client or UNKNOWN_CLIENT)[:90],
+            application_id=claims.get(OAUTH_APPLICATION_CLAIM),
+        )
 
     def _writer(self, ctx: Context) -> Caller:
         """The caller of a tool that changes the memory: refused for a connection the person
@@ -329,7 +339,12 @@ class EthanMCP:
                 source=Fact.Source.MCP,
                 source_client=caller.client,
             )
-            return FactWritten(fact=FactOut.of(fact), reinforced=fact.hit_count > 1)
+            reinforced = fact.hit_count > 1
+            if caller.application_id is not None and not reinforced:
+                oauth_services.connection_wrote(
+                    owner_id=caller.owner.pk, application_id=caller.application_id
+                )
+            return FactWritten(fact=FactOut.of(fact), reinforced=reinforced)
 
     def procedure_write(
         self,

@@ -7,12 +7,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Count, Exists, F, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.db.models.functions import Substr
 
 from memory_app.models import Fact, MemoryReview
 from memory_app.selectors import facts_for_owner
-from oauth_app.clients import client_domain, client_name
+from oauth_app.clients import client_domain, client_name, host_key
 from oauth_app.models import Connection
 from oauth_app.selectors import connections_for_owner
 from sessions_app.search import matching, query_terms
@@ -160,39 +160,41 @@ def facts_learnt_in(*, owner: AbstractBaseUser, session) -> QuerySet[Fact]:
 
 @dataclass
 class ConnectedApp:
-    """A row of the Connected apps tab: the connection, the client as the person knows it, and
-    how many facts it wrote (it records its name on them: Fact.source_client). The page adds
-    its labels and links to it."""
+    """A row of the Connected apps tab: one host (the same name and redirect URIs: a host that
+    registered again under another client id is still one app to the person), its connections
+    under it, the latest first, and how many facts they stored (counted by client id,
+    Connection.facts_written: two clients can give the same name). The page adds its labels
+    and links to it."""
 
-    connection: Connection
+    connections: list[Connection]
     name: str
     domain: str
     verified: bool  # identified by a metadata document at its own https URL
-    written: int
+
+    @property
+    def connection(self) -> Connection:
+        """The latest connection: what the row shows and what Disconnect names."""
+        return self.connections[0]
+
+    @property
+    def written(self) -> int:
+        return sum(connection.facts_written for connection in self.connections)
 
 
 def connected_apps(*, owner: AbstractBaseUser) -> list[ConnectedApp]:
-    """The owner's connected apps, the latest first, in two queries whatever their number."""
-    connections = list(connections_for_owner(owner=owner))
-    names = {connection.pk: client_name(connection.application) for connection in connections}
-    written = (
-        dict(
-            facts_for_owner(owner=owner)
-            .filter(source=Fact.Source.MCP, source_client__in=set(names.values()))
-            .values("source_client")
-            .annotate(n=Count("id"))
-            .values_list("source_client", "n")
+    """The owner's connected apps by host, the latest first, in one query whatever their
+    number."""
+    hosts: dict[tuple[str, tuple[str, ...]], ConnectedApp] = {}
+    for connection in connections_for_owner(owner=owner):
+        application = connection.application
+        key = host_key(application)
+        if key in hosts:
+            hosts[key].connections.append(connection)
+            continue
+        hosts[key] = ConnectedApp(
+            connections=[connection],
+            name=client_name(application),
+            domain=client_domain(application),
+            verified=application.client_id.startswith("https://"),
         )
-        if connections
-        else {}
-    )
-    return [
-        ConnectedApp(
-            connection=connection,
-            name=names[connection.pk],
-            domain=client_domain(connection.application),
-            verified=connection.application.client_id.startswith("https://"),
-            written=written.get(names[connection.pk], 0),
-        )
-        for connection in connections
-    ]
+    return list(hosts.values())

@@ -598,7 +598,11 @@ def apps(request: HttpRequest) -> HttpResponse:
     for row in rows:
         row.scope_labels = [SCOPE_LABELS.get(s, s) for s in row.connection.scopes]
         row.connected_text = _when(row.connection.connected_at)
-        row.used_text = _when(row.connection.last_used_at)
+        used = [c.last_used_at for c in row.connections if c.last_used_at is not None]
+        row.used_text = _when(max(used)) if used else ""
+        for connection in row.connections:
+            connection.scope_labels = [SCOPE_LABELS.get(s, s) for s in connection.scopes]
+            connection.connected_text = _when(connection.connected_at)
         wrote = {"source": Fact.Source.MCP, "client": row.name, "status": "all"}
         row.facts_url = f"{facts_root}?{urlencode(wrote)}"
     return _render(
@@ -612,10 +616,11 @@ def apps(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def app_disconnect(request: HttpRequest, connection_id: int) -> HttpResponse:
-    connection = oauth_selectors.connection_for_owner(
+    """Disconnect the app: every connection of its host (each registration it made) ends."""
+    for connection in oauth_selectors.host_connections(
         owner=request.user, connection_id=connection_id
-    )
-    name = oauth_services.connection_end(connection=connection)
+    ):
+        name = oauth_services.connection_end(connection=connection)
     messages.success(
         request,
         f"已断开 {name}：它不能再读写你的记忆。 / {name} is disconnected: it can no longer read or "

@@ -9,13 +9,14 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import httpx2
 import pytest
 from django.contrib.auth import get_user_model
-from oauth2_provider.models import AccessToken
+from oauth2_provider.models import AccessToken, Application
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from memory_app import services as memory_services
 from memory_app.models import Fact
+from oauth_app import services as oauth_services
 from tests.browser.test_profile_page import click_and_wait_for_the_next_page
 from tests.mcp_client import free_port
 from tests.oauth_app.conftest import pkce
@@ -52,7 +53,11 @@ def test_consent_then_connected_apps_in_chromium(browser, live_server):
     click_and_wait_for_the_next_page(browser, "login")
 
     assert browser.find_element(By.ID, "client-name").text == "Claude"
-    assert browser.find_element(By.ID, "client-domain").text == "(says it is 127.0.0.1)"
+    # Where the code goes, with the port a desktop host listens on; no impersonation mark for
+    # the loopback interface (its own warning says any program here could listen).
+    assert browser.find_element(By.ID, "destination").text == urlsplit(callback).netloc
+    assert browser.find_element(By.ID, "loopback-warning").is_displayed()
+    assert not browser.find_elements(By.ID, "impersonation-warning")
     write = browser.find_element(By.ID, "id_write")
     assert write.is_selected()
     write.click()  # read only
@@ -81,6 +86,10 @@ def test_consent_then_connected_apps_in_chromium(browser, live_server):
         source=Fact.Source.MCP,
         source_client="Claude",
     )
+    # Counted by client id, as the MCP door counts the memory_write of a client (this one
+    # wrote before its person made it read-only, say).
+    application = Application.objects.get(client_id=registered["client_id"])
+    oauth_services.connection_wrote(owner_id=ada.pk, application_id=application.pk)
 
     browser.get(f"{site}/memory/apps/")
     [row] = browser.find_elements(By.CSS_SELECTOR, "#apps tbody tr")
@@ -102,3 +111,54 @@ def test_consent_then_connected_apps_in_chromium(browser, live_server):
     assert browser.find_elements(By.ID, "empty")
     assert not AccessToken.objects.filter(user=ada).exists()
     assert Fact.objects.get(owner=ada).source_client == "Claude"  # what it wrote stays
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_consent_page_shows_an_impersonating_name_for_what_it_is_in_chromium(
+    browser, live_server
+):
+    """A client registered as "Claude" (with a right-to-left override and line breaks in the
+    name) with claude.ai's callback and its own, asking with its own: the page showed "Connect
+    Claude — Claude (says it is claude.ai)", and the name over two lines as "Claude" and
+    "Verified by Ethan"."""
+    get_user_model().objects.create_user("ada", password=PASSWORD)
+    site = live_server.url
+    registered = httpx2.post(
+        f"{site}/oauth/register/",
+        json={
+            "client_name": "Claude\u202e\n\nVerified by Ethan",
+            "redirect_uris": [
+                "https://claude.ai/api/mcp/auth_callback",
+                "https://evil.example/cb",
+            ],
+        },
+    ).json()
+    _, challenge = pkce()
+    authorize = {
+        "response_type": "code",
+        "client_id": registered["client_id"],
+        "redirect_uri": "https://evil.example/cb",
+        "state": "s",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "scope": "memory.read memory.write",
+        "resource": f"{site}/mcp",
+    }
+
+    browser.get(f"{site}/oauth/authorize/?{urlencode(authorize)}")
+    browser.find_element(By.ID, "id_username").send_keys("ada")
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    click_and_wait_for_the_next_page(browser, "login")
+
+    destination = browser.find_element(By.ID, "destination")
+    assert destination.text == "evil.example"
+    # Prominent: larger than the page's text, and in the card's first line.
+    size = float(destination.value_of_css_property("font-size").removesuffix("px"))
+    body = float(browser.find_element(By.TAG_NAME, "body").value_of_css_property("font-size")[:-2])
+    assert size > body
+    name = browser.find_element(By.ID, "client-name")
+    assert name.text == "Claude Verified by Ethan"  # one line, no hidden characters
+    warning = browser.find_element(By.ID, "impersonation-warning")
+    assert warning.is_displayed() and "evil.example is not Claude's" in warning.text
+    card = browser.find_element(By.ID, "consent-client").text
+    assert "claude.ai" not in card.split(warning.text)[0]  # never shown as its domain

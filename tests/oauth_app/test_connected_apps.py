@@ -11,6 +11,7 @@ from oauth2_provider.models import AccessToken, RefreshToken
 
 from memory_app import services as memory_services
 from memory_app.models import Fact
+from oauth_app import services as oauth_services
 from oauth_app.models import Connection
 from tests.oauth_app.conftest import Host, register
 
@@ -41,11 +42,13 @@ def test_the_tab_lists_each_app_with_what_it_wrote(
     Connection.objects.filter(pk=claude.pk).update(last_used_at=timezone.now() - timedelta(hours=1))
     written_by(owner, "Claude", "用户住在杭州")
     written_by(owner, "Claude", "用户养了一只猫")
-    written_by(owner, "claude-code", "不是它写的")  # another client's own name
+    for _ in range(2):  # what the MCP door does as Claude's memory_write stores them
+        oauth_services.connection_wrote(owner_id=owner.pk, application_id=claude.application_id)
+    written_by(owner, "ChatGPT", "不是它写的")  # another client of that name: not counted
     connected(client, other_owner, "Grace's app")
     client.force_login(owner)
 
-    with django_assert_num_queries(4):  # session, user, connections, facts counted
+    with django_assert_num_queries(3):  # session, user, connections with their counts
         page = client.get("/memory/apps/")
 
     text = page.content.decode()
@@ -110,3 +113,25 @@ def test_expired_tokens_are_cleared_by_the_daily_task(db, django_user_model):
     AccessToken.objects.create(user=owner, token="new", expires=future, scope="memory.read")
     oauth_clear_expired_task.run()
     assert list(AccessToken.objects.values_list("token", flat=True)) == ["new"]
+
+
+def test_a_host_that_registered_again_is_one_app_with_its_connections(client, owner, settings):
+    """Claude and ChatGPT register again on invalid_client: three registrations of one host
+    (the same name and redirect URIs) are one row and one app under the cap, and Disconnect
+    ends all three."""
+    settings.ETHAN_OAUTH_CLIENTS_PER_PERSON = 2
+    first = connected(client, owner, "Claude")
+    connected(client, owner, "Claude")
+    latest = connected(client, owner, "Claude")
+    other = connected(client, owner, "ChatGPT")  # a second app: within the cap of 2
+
+    page = client.get("/memory/apps/")
+    rows = page.context["apps"]
+
+    assert [(row.name, len(row.connections)) for row in rows] == [("ChatGPT", 1), ("Claude", 3)]
+    assert rows[1].connection == latest
+    assert "2 / 最多 2" in page.content.decode()
+    assert f'id="app-{latest.pk}-connections"' in page.content.decode()
+    client.post(f"/memory/apps/{first.pk}/disconnect/")
+    assert list(Connection.objects.filter(owner=owner)) == [other]
+    assert not AccessToken.objects.filter(user=owner).exclude(application=other.application)

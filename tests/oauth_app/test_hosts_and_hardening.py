@@ -333,3 +333,44 @@ def test_the_consent_page_names_where_the_code_goes_not_the_first_redirect(site,
     assert "claude.ai" not in page.split('id="impersonation-warning"')[0]
     assert 'id="client-name">Claude Verified by Ethan<' in page
     assert 'id="impersonation-warning"' in page
+
+
+def test_facts_written_are_counted_by_client_id_not_by_name(site, person):
+    """Two clients named "Claude" (two hosts: their redirect URIs differ), one may write and
+    writes over MCP, one reads only: the Connected apps tab showed "1 fact" for both."""
+    http = signed_in(site, person.username)
+    tokens = {}
+    for label, uri, choice in (
+        ("writer", REDIRECT, {"write": "on"}),
+        ("reader", "http://127.0.0.1:33418/other", {}),
+    ):
+        client_id = register(site, [uri], name="Claude")
+        verifier, challenge = pkce()
+        page = http.get(
+            "/oauth/authorize/", params=authorize(site, client_id, challenge, redirect_uri=uri)
+        )
+        code = answer_consent(http, page, allow="on", **choice)["code"][0]
+        answer = httpx2.post(
+            f"{site}/oauth/token/",
+            data={
+                "grant_type": "authorization_code",
+                "code": code,
+                "redirect_uri": uri,
+                "client_id": client_id,
+                "code_verifier": verifier,
+                "resource": f"{site}/mcp",
+            },
+        )
+        tokens[label] = (client_id, answer.json()["access_token"])
+
+    async def remember(client):
+        return await client.call_tool("memory_write", {"content": "用户住在杭州"})
+
+    over_http(f"{site}/mcp", tokens["writer"][1], remember)
+    page = http.get("/memory/apps/").text
+
+    writer = Application.objects.get(client_id=tokens["writer"][0]).connections.get()
+    reader = Application.objects.get(client_id=tokens["reader"][0]).connections.get()
+    assert (writer.facts_written, reader.facts_written) == (1, 0)
+    assert f'id="app-{writer.pk}-facts"' in page and f'id="app-{reader.pk}-facts"' in page
+    assert page.count("1 条记忆 / fact<") == 1 and page.count("0 条记忆 / facts<") == 1
