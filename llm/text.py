@@ -466,7 +466,7 @@ _REQUEST_EN = re.compile(
     r"(?:please[,\s]+)?"
     r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|(?:i\s+(?:want|need|would\s+like)"
     r"\s+you\s+to)\s+)?"
-    rf"(?:{_REQUEST_VERBS_EN})\b(?!\s+(?:that|to)\b)",
+    rf"(?:{_REQUEST_VERBS_EN})\b(?!['’-]|\s+(?:that|to|is|was|are|were)\b)",
     re.IGNORECASE,
 )
 _REQUEST_ZH = re.compile(
@@ -509,6 +509,11 @@ _SPEAKER = re.compile(
     re.IGNORECASE,
 )
 _PERSON_SPEAKERS = frozenset({"user", "human", "me"})
+# Labels that are the other side of a chat wherever they stand; "model:" or "system:" alone may be
+# a line of a config file, and count only beside a person's label or inside a transcript's tags.
+_ASSISTANT_SPEAKERS = frozenset(
+    {"assistant", "ai", "bot", "chatgpt", "claude", "gemini", "copilot", "ethan"}
+)
 _TRANSCRIPT_TAG = re.compile(
     r"</?\s*(?:chat_history|chat-history|chathistory|history|conversation|transcript|messages?|"
     r"dialog(?:ue)?|chat|context|previous_messages|text|type)\s*>",
@@ -531,9 +536,17 @@ def person_words(text: str) -> str:
     lines = text.splitlines()
     speakers = [_SPEAKER.match(line) for line in lines]
     tagged = bool(_TRANSCRIPT_TAG.search(text))
-    if not tagged and not any(speakers) and not _PLACEHOLDER.search(text):
-        return text
-    if _APP_PROMPT.match(text) and (tagged or any(speakers)):
+    who = {speaker.group("who").lower() for speaker in speakers if speaker}
+    transcript = (
+        tagged
+        or bool(who & _ASSISTANT_SPEAKERS)
+        or (bool(who & _PERSON_SPEAKERS) and bool(who - _PERSON_SPEAKERS))
+    )
+    if not transcript:
+        speakers = [None] * len(lines)
+        if not _PLACEHOLDER.search(text):
+            return text
+    elif _APP_PROMPT.match(text):
         return ""
     # Paragraphs of lines: each speaker's turn its own paragraph, so that what was said before
     # it never runs into it ("This is what I told it:" and "I have two cats…").
