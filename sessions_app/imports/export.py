@@ -45,6 +45,8 @@ MAX_DEPTH = 64
 # model read. ijson's time on one string grows faster than its length (0.06 / 0.20 / 0.74 s
 # for 4 / 8 / 16 MB here), so a longer one only costs time.
 MAX_VALUE_BYTES = 16 * 1_048_576
+# The expanded size from which a zip's compression ratio is looked at.
+RATIO_FROM_BYTES = 16 * 1_048_576
 # How each of ijson's events changes the depth.
 DEPTH_CHANGE = dict.fromkeys(
     ("null", "boolean", "integer", "double", "number", "string", "map_key"), 0
@@ -219,7 +221,9 @@ def _opened(path: Path, limits: ReadLimits) -> Iterator[IO[bytes]]:
             if member.file_size > limits.expanded_bytes:
                 raise _too_large(name, member.file_size, limits)
             ratio = member.file_size / max(member.compress_size, 1)
-            if ratio > limits.ratio:
+            # A small file may compress as well as it likes (an export of a few short chats is
+            # mostly the same keys): what a zip bomb costs is its size.
+            if ratio > limits.ratio and member.file_size > RATIO_FROM_BYTES:
                 raise ExportError(
                     f"{name}: refused: {CONVERSATIONS} inflates {ratio:,.0f} times (from "
                     f"{_megabytes(member.compress_size)} to {_megabytes(member.file_size)}), "

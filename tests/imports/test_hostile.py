@@ -192,3 +192,14 @@ def test_a_file_with_a_byte_order_mark_is_read(tmp_path, owner):
     path = tmp_path / "c.json"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps([lisbon()]).encode())
     assert export_import(owner=owner, path=path, source="claude").sessions_created == 1
+
+
+@pytest.mark.django_db
+def test_a_small_file_may_compress_as_well_as_it_likes(tmp_path, owner):
+    conversation = lisbon()
+    conversation["chat_messages"][0]["text"] = "a" * 1_000_000
+    path = tmp_path / "export.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("conversations.json", json.dumps([conversation]))
+    assert zipfile.ZipFile(path).getinfo("conversations.json").compress_size < 10_000
+    assert export_import(owner=owner, path=path, source="claude").sessions_created == 1
