@@ -212,7 +212,7 @@ _FACT_RULES = (
             r"\bI (?:just )?joined\b|"
             r"\b(?:my|our) \w+(?: \w+)? (?:is|are)\b|"
             # People and pets in their life: 我女儿叫小米, 我家的猫叫 Miso, my dog Max.
-            rf"我(?:家)?(?:的)?(?:{_KIN_ZH})(?:叫|是|名叫|今年)|"
+            rf"我们?(?:家)?(?:的)?(?:{_KIN_ZH})(?:叫|是|名叫|今年)|"
             rf"\b(?:my|our) (?:{_KIN_EN})\b|"
             rf"\b(?:I|we) have (?:a|an|one|two|three|four|\d+) (?:{_KIN_EN})\b",
             re.IGNORECASE,
@@ -329,7 +329,10 @@ def about_user(text: str) -> str:
     (我们 stays), English "I live in Lisbon" "The user lives in Lisbon", "my sister" "the
     user's sister", "we" "the user and others" (see _third_person)."""
     if language_of(text) == "zh":
-        return re.sub(r"我(?!们)", "用户", text)
+        # 我们家/我们的 (our home, our dog) are the person's: 用户家, 用户的, as English "our"
+        # is "the user's"; another 我们 is 用户他们 ("the user and others").
+        text = re.sub(r"我们(?=家|的)", "用户", text)
+        return re.sub(r"我(?!们)", "用户", text.replace("我们", "用户他们"))
     if re.match(r"(?:the )?user\b", text, re.IGNORECASE):
         return text
     told = _third_person(text)
@@ -504,8 +507,8 @@ def told_to_user(fact: str) -> str:
     fact = _clean(fact)
     if language_of(fact) == "zh":
         # 用户 (about_user's subject; not 用户名 "user name" and the like) and the person's
-        # own 我 (not 我们) are both 你.
-        return re.sub(r"我(?!们)", "你", _USER_ZH.sub("你", fact))
+        # own 我 are both 你; their 我们 is 你们.
+        return re.sub(r"我", "你", _USER_ZH.sub("你", fact.replace("用户他们", "你们")))
     if _USER_PREFIX.match(fact):
         # about_user's form: after the prefix, the person's own words.
         return _first_person_to_second(_USER_PREFIX.sub("", fact, count=1))
@@ -734,7 +737,7 @@ _ABOUT_THEM = re.compile(
     r"\b(?:remember|recall|forget|forgot|told you|did I (?:tell|say|mention))\b|\b(?:my|our)\b|"
     r"\b(?:do|did|am|was|have|had)\s+I\s+(?:live|work|study|come|stay|like|love|prefer|hate|"
     r"have|own|drink|eat|do|plan|want|need)\b|\bam I\b|\bwhere I\b|"
-    rf"记得|说过|告诉过|提过|提到过|忘了|我的|我(?:家)?(?:{_KIN_ZH})|"
+    rf"记得|说过|告诉过|提过|提到过|忘了|我们?的|我们?(?:家)?(?:的)?(?:{_KIN_ZH})|"
     r"我(?:现在|平时|以前)?(?:住|在哪|工作|上班|喜欢|爱|讨厌|叫|是|有|养|来自|对|打算|要去|计划|"
     r"过敏|不吃|吃|喝|搬)",
     re.IGNORECASE,
@@ -921,7 +924,7 @@ def chat(request: Request) -> tuple[str, tuple[ToolCall, ...]]:
     if calls:
         return "", tuple(calls)
 
-    if is_question(text) or is_request(text):
+    if is_question(text) or (is_request(text) and _ABOUT_THEM.search(text)):
         # Answered from memory: the injected facts first, then the search the memory_search
         # tool runs (episodes and past messages), answered on the next step. A request about
         # the person ("Tell me about my daughter") asks as a question does.

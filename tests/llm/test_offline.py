@@ -35,7 +35,7 @@ def calls(text: str) -> list[tuple[str, dict]]:
         ),
         (
             "请帮我记住：我们决定下周一发布",
-            [("memory_write", {"content": "我们决定下周一发布", "category": "decision"})],
+            [("memory_write", {"content": "用户他们决定下周一发布", "category": "decision"})],
         ),
         (
             "Remember that my sister lives in Lisbon.",
@@ -267,7 +267,7 @@ def test_questions_get_the_overlapping_fact(question, answer):
         ("用户的女儿叫小米", "我女儿叫什么", "你说过你的女儿叫小米。"),
         ("我喜欢喝热的拿铁", "我喜欢喝什么", "你说过你喜欢喝热的拿铁。"),
         ("用户的用户名是 ada", "我的用户名是什么", "你说过你的用户名是 ada。"),
-        ("我们决定下周一发布", "我们什么时候发布", "你说过：我们决定下周一发布"),
+        ("我们决定下周一发布", "我们什么时候发布", "你说过你们决定下周一发布。"),
         # A fact in the other language than the question is still said to the person.
         (
             "用户喜欢喝美式咖啡",

@@ -205,11 +205,22 @@ def test_facts_are_stored_in_one_form_in_both_languages(owner, llm_config, said,
     assert _facts(owner) == [fact]
 
 
-def test_our_is_told_back_as_your(owner, llm_config, api_for):
-    session = _rounds(owner, ["Our dog is called Max.", "ok", "thanks"])
+@pytest.mark.parametrize(
+    ("said", "question", "answer"),
+    [
+        (
+            "Our dog is called Max.",
+            "What is our dog called?",
+            "You told me your dog is called Max.",
+        ),
+        ("我们家的狗叫旺财。", "我们家的狗叫什么？", "你说过你家的狗叫旺财。"),
+    ],
+)
+def test_our_is_told_back_as_your(owner, llm_config, api_for, said, question, answer):
+    session = _rounds(owner, [said, "ok", "thanks"])
     consolidation_run(session_id=session.pk, config=SMALL)
-    reply = api_for(owner).post("/api/chat", {"message": "What is our dog called?"}, format="json")
-    assert reply.json()["reply"] == "You told me your dog is called Max."
+    reply = api_for(owner).post("/api/chat", {"message": question}, format="json")
+    assert reply.json()["reply"] == answer
 
 
 SEVEN = [
