@@ -33,6 +33,7 @@ from agent_app.turn import (
     Started,
     ToolCalled,
     TurnEvent,
+    TurnSuperseded,
     turn_plan,
 )
 from agent_app.turn_io import TurnIO
@@ -40,6 +41,7 @@ from channels.openai.conversations import (
     ClientChat,
     ConversationError,
     chat_read,
+    conversation_claim,
     conversation_place,
     conversation_record,
     transcript_read,
@@ -497,37 +499,56 @@ class ChatCompletionsApi(OpenAIView):
                     "header names one of your sessions)",
                     kind="session_not_found",
                 )
-        placement = conversation_place(owner=request.user, chat=chat, pinned=pinned)
-        try:
-            plan = turn_plan(
-                owner=request.user,
-                session=placement.session,
-                text=chat.question,
-                mode=name.mode,
-                model=name.model,
-                channel=ChatSession.Channel.OPENAI,
-                again=placement.again,
-                history=placement.history,
-                instructions=chat.instructions,
-                client=client,
+        # Twice at most: the same conversation's first message sent twice at once is stored
+        # by one request; the other gives way (TurnSuperseded) and goes to its session.
+        for _ in range(2):
+            placement = conversation_place(owner=request.user, chat=chat, pinned=pinned)
+            try:
+                turn = self._start(request, chat, client, name, placement)
+                break
+            except TurnSuperseded:
+                continue
+            except TURN_REFUSALS as exc:
+                said = refusal(exc)
+                headers = {SESSION_HEADER: said.session_id} if said.session_id else {}
+                if said.retry_after:
+                    headers["Retry-After"] = str(said.retry_after)
+                # turn_plan's fields are all read from `messages`.
+                param = "messages" if said.field else None
+                # OpenAI's own invalid requests carry no code.
+                kind = None if said.status == 400 else said.code
+                return _error(said.status, said.detail, kind=kind, param=param, headers=headers)
+        else:
+            return _error(
+                409, "the same conversation is being started elsewhere: retry", kind="session_busy"
             )
-            turn = turn_open(plan)
-        except TURN_REFUSALS as exc:
-            said = refusal(exc)
-            headers = {SESSION_HEADER: said.session_id} if said.session_id else {}
-            if said.retry_after:
-                headers["Retry-After"] = str(said.retry_after)
-            # turn_plan's fields are all read from `messages`.
-            param = "messages" if said.field else None
-            # OpenAI's own invalid requests carry no code.
-            kind = None if said.status == 400 else said.code
-            return _error(said.status, said.detail, kind=kind, param=param, headers=headers)
         owner, session = request.user, turn.session
 
         def sent(events: AsyncIterator[TurnEvent], io: TurnIO) -> AsyncIterator[TurnEvent]:
             return _sent(events, io, owner=owner, session=session, chat=chat)
 
         return _answer(turn, params, name, through=sent, headers={SESSION_HEADER: session.pk})
+
+    @staticmethod
+    def _start(request, chat, client, name, placement):
+        """Plan and start the turn where the conversation rule placed it. A new session's
+        first write is fenced (conversation_claim): TurnSuperseded when another request of
+        the same conversation started it first."""
+        new = placement.session is None
+        plan = turn_plan(
+            owner=request.user,
+            session=placement.session,
+            text=chat.question,
+            mode=name.mode,
+            model=name.model,
+            channel=ChatSession.Channel.OPENAI,
+            again=placement.again,
+            history=placement.history,
+            instructions=chat.instructions,
+            client=client,
+            fence=conversation_claim(owner=request.user, chat=chat) if new else None,
+        )
+        return turn_open(plan)
 
     def _plain(
         self, request, params: dict, name: ModelName, chore: Housekeeping | None

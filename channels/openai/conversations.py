@@ -29,12 +29,12 @@ import hashlib
 import json
 import logging
 import mimetypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.db.models import Q
 from django.utils import timezone
 
@@ -430,6 +430,41 @@ def conversation_place(
     # Tool results sent again are not stored twice (agent_app.turn._store_client_step).
     again = not chat.step and found.asked == asked and _asking_again(found.session, chat)
     return Placement(session=found.session, again=again)
+
+
+def conversation_claim(
+    *, owner: AbstractBaseUser, chat: ClientChat
+) -> Callable[[ChatSession, Message | None], bool]:
+    """The fence of a request that starts a new session (agent_app.turn.TurnPlan.fence): in
+    the transaction that stores its question, the conversation is recorded as asked, unless
+    another request of the same conversation did so first (the same first message sent twice
+    at once): then this one gives way (False: its writes are undone) and is placed again,
+    into that session. The check is serialised: on PostgreSQL by a transaction lock on the
+    person and the digest, on SQLite by its one writer (the question's insert holds it)."""
+    asked = _asked(chat)
+
+    def fence(session: ChatSession, question: Message | None) -> bool:
+        if question is None:  # the turn's later writes (tool steps, the reply)
+            return True
+        connection = connections[ClientConversation.objects.db]
+        if connection.vendor == "postgresql":
+            key = int.from_bytes(
+                hashlib.sha256(f"{owner.pk}:{asked}".encode()).digest()[:8], "big", signed=True
+            )
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+        if (
+            ClientConversation.objects.filter(owner=owner, asked=asked, session__ended_at=None)
+            .exclude(session=session)
+            .exists()
+        ):
+            return False
+        ClientConversation.objects.update_or_create(
+            session=session, defaults={"owner": owner, "asked": asked, "shown": asked}
+        )
+        return True
+
+    return fence
 
 
 def conversation_record(

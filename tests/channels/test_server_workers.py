@@ -129,3 +129,26 @@ def test_sigterm_stops_every_process_within_the_drain(served, paced_openai):
         server.home,
         "SELECT content, interrupted FROM sessions_app_message WHERE role = 'assistant'",
     ) == [(ANSWER, 0)]
+
+
+def test_the_same_first_message_sent_ten_times_at_once_is_one_session(tmp_path):
+    """A client (or a double click) sending one conversation's first message ten times at once,
+    to two processes: one session, the question stored once, every request answered."""
+    home = migrated_home(tmp_path / "home")
+    token = api_token(home, "ada")
+    with web_server(home, workers=PROCESSES) as server:
+        client = openai.OpenAI(
+            base_url=f"http://127.0.0.1:{server.port}/v1", api_key=token, max_retries=0, timeout=60
+        )
+
+        def ask(_: int):
+            return client.chat.completions.with_raw_response.create(
+                model="ethan/offline",
+                messages=[{"role": "user", "content": "My favourite tea is sencha."}],
+            )
+
+        with ThreadPoolExecutor(10) as pool:
+            answers = list(pool.map(ask, range(10)))
+    assert {answer.http_response.status_code for answer in answers} == {200}
+    assert len({answer.headers["x-ethan-session"] for answer in answers}) == 1
+    assert stored_contents(home, "user") == ["My favourite tea is sencha."]
