@@ -402,3 +402,50 @@ def test_ethan_plain_answers_without_memory_and_stores_nothing(client_for, owner
     ]
     assert [t["function"]["name"] for t in request.body["tools"]] == ["get_weather"]
     assert not ChatSession.objects.exists() and not Message.objects.exists()
+
+
+def test_the_openai_agents_sdk_runs_its_tool_through_ethan(live_server, activity, owner, fakes):
+    """The OpenAI Agents SDK on chat completions (OpenAIChatCompletionsModel), as its users
+    point it at another server: its function tool called through Ethan, run by the SDK, its
+    result answered, one session."""
+    import asyncio
+
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)  # the SDK would send its traces to OpenAI
+    openai_fake = fakes["openai"]
+    openai_fake.fake.reply(FakeOpenAI.tool_calls(("call_g", "get_weather", {"city": "Lisbon"})))
+    openai_fake.fake.reply(openai_fake.text("Sunny in Lisbon."))
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city now."""
+        return f"sunny in {city}"
+
+    token, _ = Token.objects.get_or_create(user=owner)
+
+    async def run() -> str:
+        client = AsyncOpenAI(base_url=f"{live_server.url}/v1", api_key=token.key, max_retries=0)
+        agent = Agent(
+            name="Assistant",
+            instructions="Answer briefly.",
+            tools=[get_weather],
+            model=OpenAIChatCompletionsModel(model="ethan/gpt-4o", openai_client=client),
+        )
+        result = await Runner.run(agent, "What's the weather in Lisbon?")
+        await client.close()
+        return result.final_output
+
+    assert asyncio.run(run()) == "Sunny in Lisbon."
+    session = ChatSession.objects.get(owner=owner)
+    assert session.messages.filter(role="tool", content="sunny in Lisbon").count() == 1
+    # The agent's instructions went in as the app's, after Ethan's own system prompt.
+    system = openai_fake.system_of(openai_fake.fake.requests[0].body)
+    assert "Answer briefly." in system and "<client_instructions>" in system
