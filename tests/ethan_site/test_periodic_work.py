@@ -234,7 +234,7 @@ def test_periodic_work_runs_each_task_once_per_period_across_two_workers(home_co
         assert counts[task] == len(times) == finished[task], (task, counts[task], times)
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
         assert all(gap >= PERIODS[task] * scale / 2 for gap in gaps), (task, gaps)
-    assert len(by_task["sessions.close_idle"]) >= 3 and len(by_task["channels.lark_reclaim"]) >= 10
+    assert len(by_task["sessions.close_idle"]) >= 3 and len(by_task["channels.lark_reclaim"]) >= 5
 
 
 def test_periodic_work_goes_on_after_a_worker_is_killed_mid_task(home_copy, hanging_model):
