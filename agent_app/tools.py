@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from ethan_site.limits import (
     FACT_MAX_CHARS,
@@ -23,6 +24,7 @@ from ethan_site.limits import (
     RULE_MAX_CHARS,
     too_long,
 )
+from llm.text import dated
 from llm.types import ToolCall, ToolSpec
 from memory_app import confidence
 from memory_app import services as memory_services
@@ -149,7 +151,9 @@ def _memory_write(owner, session, message, arguments) -> str:
         )
     fact = memory_services.fact_write(
         owner=owner,
-        content=content,
+        # Said now: a relative date in it ("next week") gets the date it names, as an extracted
+        # fact's does (memory_app.consolidator).
+        content=dated(content, said_at=timezone.localtime()),
         category=category,
         confidence=confidence.AGENT_PROACTIVE,
         source=Fact.Source.AGENT_PROACTIVE,

@@ -316,3 +316,12 @@ def test_a_strong_signal_in_a_request_or_a_quoted_assistant_is_no_strong_signal(
     quoted = "<chat_history>\nUSER: Where do I live?\nASSISTANT: Remember, you live in Lisbon.\n"
     assert confidence.from_importance(0.95, said=[quoted + "</chat_history>"]) == 0.8
     assert confidence.from_importance(0.95, said=["Remember that I live in Lisbon."]) == 0.95
+
+
+def test_a_plan_the_agent_writes_down_is_dated_too(owner, llm_config, api_for):
+    reply = api_for(owner).post(
+        "/api/chat", {"message": "Remember that I'm flying to Oslo next week."}, format="json"
+    )
+    assert reply.status_code == 200, reply.content
+    [fact] = _facts(owner)
+    assert fact.startswith("The user is flying to Oslo next week (week of "), fact
