@@ -48,7 +48,7 @@ STOP_WAIT_SECONDS = 2.0
 # The longest sleep between two looks at the rows: a task enabled again in the admin, or one
 # whose last run another process claimed, is seen within this.
 LOOK_SECONDS = 60.0
-# The shortest: a row read just before another process's claim is not read again at once.
+# The shortest: a task due in a moment is not looked for in a busy loop.
 MIN_WAIT_SECONDS = 0.05
 # After a look that failed (the database away for a moment).
 RETRY_SECONDS = 5.0
