@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -90,16 +93,47 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(argv: list[str], home: Path, stdin: str, extra: dict[str, str]):
-    return subprocess.run(
+def start_in_group(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """A child process in a process group (a session) of its own: end_group ends it with every
+    process it started, so a test that fails or times out leaves nothing running."""
+    return subprocess.Popen(argv, start_new_session=True, **popen)
+
+
+def end_group(process: subprocess.Popen, *, grace_seconds: float = 20) -> None:
+    """SIGTERM to `process` (its own way to stop, as a service manager would ask) and up to
+    `grace_seconds` for it to exit, then SIGKILL to whatever is left of its group: a server's
+    workers, a child a shell started."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_seconds)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def run_in_group(
+    argv: list[str], *, input: str | None = None, timeout: float = 60, **popen: Any
+) -> subprocess.CompletedProcess:
+    """subprocess.run(capture_output=True, text=True) in a process group of its own, ended
+    (children too) when it returns, fails or times out."""
+    process = start_in_group(
         argv,
-        input=stdin,
-        capture_output=True,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        cwd=ROOT,
-        env=clean_env(home, **extra),
-        timeout=60,
+        **popen,
     )
+    try:
+        stdout, stderr = process.communicate(input, timeout=timeout)
+    finally:
+        end_group(process, grace_seconds=0)
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
+def _run(argv: list[str], home: Path, stdin: str, extra: dict[str, str]):
+    return run_in_group(argv, input=stdin, cwd=ROOT, env=clean_env(home, **extra))
 
 
 def run_ethan(args: list[str], home: Path, stdin: str = "", **extra: str):

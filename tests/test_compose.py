@@ -194,13 +194,14 @@ def test_compose_redis_command_and_healthcheck_on_a_real_redis(tmp_path):
 
     import redis as redis_py
 
+    from tests.conftest import end_group, start_in_group
     from tests.web_server import free_port
 
     service = rendered()["redis"]
     port = free_port()
     script = words(service["command"])[-1] + f" --port {port} --bind 127.0.0.1 --dir {tmp_path}"
     env = {"PATH": "/usr/bin:/bin", **service["environment"]}
-    server = subprocess.Popen(["sh", "-c", script], env=env)
+    server = start_in_group(["sh", "-c", script], env=env)
 
     def healthcheck(password: str) -> int:
         check = service["healthcheck"]["test"][1].replace("redis-cli", f"redis-cli -p {port}")
@@ -222,5 +223,4 @@ def test_compose_redis_command_and_healthcheck_on_a_real_redis(tmp_path):
             url = environment[name].replace("@redis:6379", f"@127.0.0.1:{port}")
             assert redis_py.Redis.from_url(url).ping() is True, name
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        end_group(server)

@@ -8,16 +8,24 @@ import contextlib
 import http.client
 import json
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from subprocess import STDOUT, Popen
 
 from requests.structures import CaseInsensitiveDict
 
-from tests.conftest import ROOT, clean_env, run_ethan, run_manage
+from tests.conftest import (
+    ROOT,
+    clean_env,
+    end_group,
+    run_ethan,
+    run_in_group,
+    run_manage,
+    start_in_group,
+)
 
 START_SECONDS = 60
 
@@ -47,7 +55,7 @@ class Server:
     port: int
     home: Path
     log_path: Path
-    process: subprocess.Popen
+    process: Popen
 
     def request(
         self,
@@ -87,6 +95,30 @@ def api_token(home: Path, name: str, **env: str) -> str:
     return result.stdout.strip()
 
 
+# What `ethan token NAME` does for each name (ethan_token), in one process.
+_TOKENS = """
+import json, sys
+import django
+django.setup()
+from rest_framework.authtoken.models import Token
+from sessions_app.services import local_user_get_or_create
+users = [local_user_get_or_create(username=name) for name in sys.argv[1:]]
+print(json.dumps([Token.objects.get_or_create(user=user)[0].key for user in users]))
+"""
+
+
+def api_tokens(home: Path, names: list[str], **env: str) -> list[str]:
+    """The API tokens of several people on a migrated home, made in one process: a Django start
+    each (`ethan token`) was most of a many-stream test's time on a busy machine."""
+    result = run_in_group(
+        [sys.executable, "-c", _TOKENS, *names],
+        cwd=ROOT,
+        env=clean_env(home, DJANGO_SETTINGS_MODULE="ethan_site.settings", **env),
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 @contextlib.contextmanager
 def web_server(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
     """`ethan serve` on a free loopback port, on `home`; stopped with SIGTERM at the end."""
@@ -94,7 +126,9 @@ def web_server(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
     log_path = home / f"server-{port}.log"
     home.mkdir(parents=True, exist_ok=True)
     with log_path.open("w") as log:
-        process = subprocess.Popen(
+        # A process group of its own: with --workers, uvicorn's supervisor and its workers are
+        # all ended at the end, whatever the test did (end_group).
+        process = start_in_group(
             [
                 sys.executable,
                 "manage.py",
@@ -107,7 +141,7 @@ def web_server(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
             cwd=ROOT,
             env=clean_env(home, **env),
             stdout=log,
-            stderr=subprocess.STDOUT,
+            stderr=STDOUT,
         )
     server = Server(port=port, home=home, log_path=log_path, process=process)
     try:
@@ -126,12 +160,7 @@ def web_server(home: Path, *, workers: int = 1, **env: str) -> Iterator[Server]:
                 time.sleep(0.1)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        end_group(process)  # SIGTERM, its graceful stop, then anything left is killed
 
 
 @contextlib.contextmanager

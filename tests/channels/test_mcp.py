@@ -18,7 +18,7 @@ from rest_framework.authtoken.models import Token
 from memory_app.models import Fact, FactEvent, Procedure
 from profile_app.models import ProfileRevision, ProfileSection
 from sessions_app.models import ChatSession
-from tests.conftest import ROOT, clean_env
+from tests.conftest import ROOT, clean_env, end_group, start_in_group
 from tests.mcp_client import (
     CLIENT_NAME,
     INITIALIZE,
@@ -372,7 +372,7 @@ def test_stdio_writes_nothing_but_the_protocol_to_stdout(home):
             "params": {"name": "memory_write", "arguments": {"content": "用户喜欢爬山"}},
         },
     ]
-    process = subprocess.Popen(
+    process = start_in_group(
         [sys.executable, "-m", "ethan_site.cli", "mcp", "--user", "ada"],
         cwd=ROOT,
         env=clean_env(home),
@@ -390,7 +390,10 @@ def test_stdio_writes_nothing_but_the_protocol_to_stdout(home):
                 lines.append(process.stdout.readline())
     finally:
         process.stdin.close()
-        process.wait(timeout=30)
+        try:
+            process.wait(timeout=30)
+        finally:
+            end_group(process)
     answers = [json.loads(line) for line in lines]
     assert [answer["id"] for answer in answers] == [1, 2, 3]
     assert answers[0]["result"]["serverInfo"]["name"] == "ethan"
@@ -405,7 +408,7 @@ def test_the_http_command_serves_with_its_health_and_needs_a_token(home):
     """`ethan mcp --http` as its own process (make serve-mcp, docker-compose's mcp service)."""
     token = api_token(home, "ada")
     port = free_port()
-    process = subprocess.Popen(
+    process = start_in_group(
         [sys.executable, "-m", "ethan_site.cli", "mcp", "--http", "--bind", f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=clean_env(home),
@@ -432,8 +435,7 @@ def test_the_http_command_serves_with_its_health_and_needs_a_token(home):
         with pytest.raises(Exception):  # noqa: B017 - a 401, wrapped by the SDK
             over_http(url, "wrong", write)
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        end_group(process)
     assert _rows(home, "SELECT content, source_client FROM memory_app_fact") == [
         ("用户住在里斯本", "Cursor")
     ]

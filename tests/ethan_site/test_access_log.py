@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, clean_env
+from tests.conftest import ROOT, clean_env, end_group, start_in_group
 from tests.web_server import api_token, free_port, migrated_home, web_server
 
 SECRET = "secretword"
@@ -61,7 +61,7 @@ def served(home: Path, argv: list[str], port: int):
     /healthz answers, and stops the server before the caller reads it."""
     log_path = home / f"server-{port}.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(
+        process = start_in_group(
             argv, cwd=ROOT, env=clean_env(home), stdout=log, stderr=subprocess.STDOUT
         )
     try:
@@ -76,8 +76,7 @@ def served(home: Path, argv: list[str], port: int):
                 time.sleep(0.2)
         yield log_path
     finally:
-        process.terminate()
-        process.wait(timeout=20)
+        end_group(process)
 
 
 def get(port: int, path: str) -> int:

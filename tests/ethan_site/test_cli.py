@@ -7,7 +7,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from ethan_site.cli import SUBCOMMANDS, USAGE, route
-from tests.conftest import ROOT, clean_env, run_ethan
+from tests.conftest import ROOT, clean_env, run_ethan, run_in_group
 
 
 def test_route_speaks_the_original_cli():
@@ -67,9 +67,7 @@ NO_VENV_PATH = os.pathsep.join(
 def at_the_shell(command: list[str], home: Path, stdin: str, cwd: Path = ROOT, **env: str):
     """Run a command as typed at a shell whose person is "ada" (ETHAN_USER), on `home`."""
     environment = clean_env(home, ETHAN_USER="ada", **env)
-    return subprocess.run(
-        command, input=stdin, capture_output=True, text=True, cwd=cwd, env=environment, timeout=60
-    )
+    return run_in_group(command, input=stdin, cwd=cwd, env=environment)
 
 
 def resume_hint(home: Path, **env: str) -> str:

@@ -172,18 +172,14 @@ def test_the_api_throttle_is_shared_by_every_server_process(tmp_path):
     ],
 )
 def test_a_bad_setting_stops_the_server_with_one_line(tmp_path, name, value, says):
-    import subprocess
     import sys
 
-    from tests.conftest import ROOT, clean_env
+    from tests.conftest import ROOT, clean_env, run_in_group
 
-    result = subprocess.run(
+    result = run_in_group(
         [sys.executable, "manage.py", "ethan_serve", "--bind", "127.0.0.1:0"],
         cwd=ROOT,
         env=clean_env(tmp_path, **{name: value}),
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
     assert result.returncode == 1
     [line] = [line for line in result.stderr.splitlines() if "configuration error" in line]
