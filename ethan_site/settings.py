@@ -336,6 +336,10 @@ ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
 ETHAN_TURNS_PER_PROCESS = _config.positive("ETHAN_TURNS_PER_PROCESS", 2_000)
 ETHAN_TURNS_PER_PERSON = _config.positive("ETHAN_TURNS_PER_PERSON", 8)
 ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
+# The web server closes a connection whose request line and headers have not all arrived this
+# many seconds after it opened (or after the request's first byte), answering 408 to a request
+# begun (ethan_site.serve.HttpLimitsProtocol, docs/operations.md).
+ETHAN_HEADER_TIMEOUT = _config.positive("ETHAN_HEADER_TIMEOUT", 10)
 # The server's threads, in each process: ETHAN_REQUEST_THREADS for Django's synchronous part of
 # a request (the middleware and the view, ethan_site.asgi) and ETHAN_DB_THREADS for the turns'
 # database steps (agent_app.turn_io). Each thread that runs Python takes the GIL from the event
