@@ -64,10 +64,10 @@ class ConsentView(AuthorizationView):
         refusal = self._resource_refusal(given, request)
         if refusal:
             return refusal
-        request.GET = request.GET.copy()
         if not given:
             # A host that sends no resource gets a token for /mcp all the same, never one
             # valid anywhere.
+            request.GET = request.GET.copy()
             request.GET["resource"] = resource.mcp_resource(_origin(request))
         return super().get(request, *args, **kwargs)
 
@@ -141,9 +141,8 @@ class ConsentView(AuthorizationView):
     def _client_context(application: Application, asked: str, redirect_uri: str) -> dict:
         # The MCP authorization specification: show the redirect URI's host, and warn when it
         # is the loopback interface (a metadata document cannot stop another program on the
-        # computer from claiming a localhost callback).
-        # What the page names is where this request's code goes (the redirect URI it uses, of
-        # those registered), never a host the client merely listed: a client registered with
+        # computer from claiming a localhost callback). The host of the redirect URI this
+        # request uses, never one the client merely listed: a client registered with
         # claude.ai's callback and its own showed as claude.ai while sending the code to its own.
         host, loopback = redirect_host(redirect_uri)
         name = client_name(application)
