@@ -238,7 +238,8 @@ REST_FRAMEWORK = {
         # (ethan_site.signin).
         "login": _config.rate("ETHAN_LOGIN_RATE", "10/min"),
     },
-    # Behind a reverse proxy, the client address is the last X-Forwarded-For hop it added.
+    # Behind a reverse proxy, the client address is the last X-Forwarded-For hop it added, and
+    # the scheme its X-Forwarded-Proto (ethan_site.forwarded: no URL made points to http).
     "NUM_PROXIES": _config.get("ETHAN_NUM_PROXIES", 0, int),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "ethan_site.api.exception_handler",
