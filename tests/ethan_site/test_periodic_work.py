@@ -306,6 +306,21 @@ def test_a_chat_apps_conversation_is_learnt_from_by_the_server_alone(home_copy):
     assert query(home, "SELECT channel FROM sessions_app_chatsession") == [("openai",)]
 
 
+def test_the_server_leaves_periodic_work_to_beat_when_a_broker_is_configured(home_copy):
+    """With a broker (none listening here: nothing is sent to it), the server starts no
+    scheduler: beat runs the periodic tasks. Startup is over once the server accepts."""
+    home, _ = home_copy
+    broker = f"redis://127.0.0.1:{free_port()}/0"
+    with served(home, CELERY_BROKER_URL=broker, ETHAN_LOG_LEVEL="INFO") as server:
+        log = server.log()
+    assert "periodic work left to celery beat: a broker is configured" in log, log[-3000:]
+    assert "periodic work started" not in log and not runs(log)
+    assert query(home, "SELECT count(*) FROM django_celery_beat_periodictask") == [(6,)]
+    assert query(
+        home, "SELECT count(*) FROM django_celery_beat_periodictask WHERE last_run_at IS NOT NULL"
+    ) == [(0,)]
+
+
 @pytest.mark.django_db
 def test_periodic_claim_gives_each_period_to_one_process():
     close_idle = next(p for p in PERIODIC_TASKS if p.task == "sessions.close_idle")
