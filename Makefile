@@ -17,7 +17,7 @@ TEST_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u ETHAN_MODEL -u ETHAN_USE
 	-u OPENAI_BASE_URL -u ANTHROPIC_BASE_URL -u GOOGLE_GEMINI_BASE_URL -u ETHAN_COMPRESSION_MODEL \
 	-u DJANGO_DEBUG -u DJANGO_SECRET_KEY -u ETHAN_CACHE_URL ETHAN_HOME=$(CURDIR)/.test-home
 
-.PHONY: install chat test test-services lint format serve worker beat bench migrate clean
+.PHONY: install chat test test-slow test-services lint format serve worker beat bench migrate clean
 
 install: $(STAMP)
 
@@ -39,10 +39,16 @@ migrate: install
 chat: install
 	@ETHAN_STARTED_BY=make $(VENV)/bin/ethan $(ARGS)
 
-# The whole suite on SQLite with no broker and no network (the tests that need PostgreSQL,
-# Redis, a worker or Chromium are deselected: they run in test-services).
+# The suite a newcomer runs to see that Ethan works: SQLite, no broker, no network, a few
+# minutes. Deselected: the tests that need PostgreSQL, Redis, a worker or Chromium (they run
+# in test-services) and the slow ones (test-slow).
 test: install
-	$(TEST_ENV) $(PY) -m pytest -m "not services and not browser" $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -m "not services and not browser and not slow" $(PYTEST_ARGS)
+
+# The slow tests on SQLite: the benchmarks' own tests (tests/bench), load tests and the real
+# server's many-stream tests (marked `slow`).
+test-slow: install
+	$(TEST_ENV) $(PY) -m pytest -m "slow and not services and not browser" $(PYTEST_ARGS)
 
 # The same suite against PostgreSQL and a Redis broker, plus the tests that start a real
 # Celery worker process and the page tests in Chromium. .ci/run makes sure all are there.

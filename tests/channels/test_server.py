@@ -155,6 +155,7 @@ def test_a_turns_answer_carries_what_the_middleware_added(served, paced_openai):
     assert "Streamed." in streamed.text
 
 
+@pytest.mark.slow  # a load test: `make test-slow`
 def test_many_streams_at_once_on_one_process(served, paced_openai):
     """40 replies written at once, each about 2 s long, by one process: every one completes
     and is stored once, and /healthz answers while they are open."""
@@ -164,9 +165,9 @@ def test_many_streams_at_once_on_one_process(served, paced_openai):
         paced_openai.reply(paced_openai.text(reply), first_chunk_ms=200, chunk_ms=150)
     # One person at a time may have ETHAN_TURNS_PER_PERSON (8) replies written: each stream
     # here is its own person's, through a token of their own.
-    from tests.web_server import api_token
+    from tests.web_server import api_tokens
 
-    tokens = [api_token(server.home, f"p{index}") for index in range(40)]
+    tokens = api_tokens(server.home, [f"p{index}" for index in range(40)])
     streams = [Stream(server, tokens[index], f"question {index}") for index in range(40)]
     assert {s.status for s in streams} == {200}
     health = server.request("GET", "/healthz")
@@ -186,13 +187,13 @@ def test_one_thread_of_each_kind_still_writes_many_replies_at_once(served, paced
     """No thread is held while the model writes: with one thread for Django's part of a request
     and one for the turns' database steps, 8 replies are still written at once, not one after
     the other, and every one is stored."""
-    from tests.web_server import api_token
+    from tests.web_server import api_tokens
 
     server, _ = served
     reply = " ".join(["word"] * 20)
     for _ in range(8):
         paced_openai.reply(paced_openai.text(reply), first_chunk_ms=200, chunk_ms=150)
-    tokens = [api_token(server.home, f"t{index}") for index in range(8)]
+    tokens = api_tokens(server.home, [f"t{index}" for index in range(8)])
     streams = [Stream(server, tokens[index], f"question {index}") for index in range(8)]
     for stream in streams:
         stream.first_words.wait(60)
