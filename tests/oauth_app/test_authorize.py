@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from oauth2_provider.models import AccessToken, RefreshToken
 
 from oauth_app.models import Connection
-from tests.oauth_app.conftest import ORIGIN, RESOURCE, pkce, register
+from tests.oauth_app.conftest import ORIGIN, RESOURCE, Host, pkce, register
 
 
 def test_consent_then_code_then_tokens_bound_to_mcp(host, owner):
@@ -230,3 +231,24 @@ def test_a_tampered_consent_leaves_no_connection(host, owner):
 
     assert answer.status_code == 400 and not answer.has_header("Location")
     assert not Connection.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "redirect_uri", "marked"),
+    [
+        ("\u0421laude", "https://evil.example/cb", True),  # a Cyrillic С
+        ("Chat\u200bGPT", "https://evil.example/cb", True),  # a zero-width space
+        ("ChatGPT", "https://chatgpt.com/connector_platform_oauth_redirect", False),
+        ("Claude", "https://claude.ai/api/mcp/auth_callback", False),
+        ("My notes", "https://evil.example/cb", False),
+    ],
+)
+def test_a_name_of_a_known_host_sent_elsewhere_is_marked(client, owner, name, redirect_uri, marked):
+    client.force_login(owner)
+    registered = register(client, client_name=name, redirect_uris=[redirect_uri])
+    host = Host(client=client, client_id=registered["client_id"], redirect_uri=redirect_uri)
+    _, challenge = pkce()
+
+    page = client.get("/oauth/authorize/", host.authorize_params(challenge)).content.decode()
+
+    assert ('id="impersonation-warning"' in page) is marked
