@@ -32,3 +32,6 @@ class EthanSiteConfig(AppConfig):
             compression_model=settings.ETHAN_COMPRESSION_MODEL,
             compression_routes=settings.ETHAN_COMPRESSION_ROUTES,
         )
+        import embedder
+
+        embedder.configure(embedder=settings.ETHAN_EMBEDDER)

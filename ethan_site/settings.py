@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from embedder import config as embedder_config
 from ethan_site.config import Config, ConfigError, secret_key_file
 from ethan_site.private import home_tighten, private_file
 from llm.config import PROVIDER_VARS
@@ -504,6 +505,13 @@ except ValueError as exc:
     raise ConfigError(
         f"ETHAN_COMPRESSION_ROUTES from {_config.source_of('ETHAN_COMPRESSION_ROUTES')}: {exc}"
     ) from exc
+# What memory search embeds with (embedder/, docs/embeddings.md): default (offline, weights in
+# its package), off (keyword search alone), openai:<model> or gemini:<model> with the keys below.
+ETHAN_EMBEDDER = _config.get("ETHAN_EMBEDDER", "default", str)
+try:
+    embedder_config.parse(ETHAN_EMBEDDER)
+except ModelConfigError as exc:
+    raise ConfigError(f"ETHAN_EMBEDDER from {_config.source_of('ETHAN_EMBEDDER')}: {exc}") from None
 # Provider keys and base URLs, from the environment or config.yaml. ("API" in the name keeps
 # Django's debug pages from ever showing them.)
 ETHAN_MODEL_API_ENV = {

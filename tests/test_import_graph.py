@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
     "ethan_site",
     "llm",
+    "embedder",
     "sessions_app",
     "memory_app",
     "profile_app",
@@ -46,12 +47,23 @@ SHARED = {
 # "shared" is the SHARED modules above; every package may also import itself.
 ALLOWED = {
     "llm": set(),
-    "shared": {"llm"},
-    "sessions_app": {"llm", "shared"},
-    "profile_app": {"llm", "shared"},
-    "memory_app": {"sessions_app", "profile_app", "llm", "shared"},
-    "episodes_app": {"sessions_app", "llm", "shared"},
-    "agent_app": {"sessions_app", "memory_app", "profile_app", "episodes_app", "llm", "shared"},
+    # The embedder layer, the model layer's neighbour: plain Python on llm's settings, errors
+    # and retry policy; every app may use it, it uses none of them.
+    "embedder": {"llm"},
+    "shared": {"llm", "embedder"},
+    "sessions_app": {"llm", "embedder", "shared"},
+    "profile_app": {"llm", "embedder", "shared"},
+    "memory_app": {"sessions_app", "profile_app", "llm", "embedder", "shared"},
+    "episodes_app": {"sessions_app", "llm", "embedder", "shared"},
+    "agent_app": {
+        "sessions_app",
+        "memory_app",
+        "profile_app",
+        "episodes_app",
+        "llm",
+        "embedder",
+        "shared",
+    },
     # Ethan as an OAuth authorization server (remote MCP hosts): on Django and
     # django-oauth-toolkit alone; the MCP door and the memory page use it.
     "oauth_app": {"shared"},
@@ -64,6 +76,7 @@ ALLOWED = {
         "profile_app",
         "episodes_app",
         "llm",
+        "embedder",
         "shared",
     },
 }

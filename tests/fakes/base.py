@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import re
 import threading
 import time
 from collections import deque
@@ -64,6 +67,21 @@ def is_object_schema(node: dict[str, Any]) -> bool:
     if kind is None:
         return "properties" in node
     return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
+def hashed_embedding(text: str, dim: int) -> list[float]:
+    """A fake embedding: each word of `text` adds ±1 at a place its hash picks, the sum
+    L2-normalised. Deterministic, and texts sharing words are near each other, so a test can
+    tell which vector belongs to which text."""
+    vector = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.sha256(word.encode()).digest()
+        index = int.from_bytes(digest[:4], "little") % dim
+        vector[index] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(value * value for value in vector))
+    if not norm:  # no word at all: a fixed unit vector, as a real model gives something
+        return [1.0] + [0.0] * (dim - 1)
+    return [value / norm for value in vector]
 
 
 def sse(data: Any, event: str | None = None, newline: str = "\n") -> bytes:
@@ -149,6 +167,11 @@ class FakeServer:
         )
 
     # Protocol-specific subclasses override these.
+    def answer(self, recorded: Recorded) -> Reply | None:
+        """A reply the fake computes from the request alone (embeddings), used when nothing is
+        scripted, before the responder: a test's responder for chats never sees them."""
+        return None
+
     def check(self, recorded: Recorded) -> None:
         """Raise ProtocolError for a request the real service would refuse."""
 
@@ -191,6 +214,8 @@ class FakeServer:
                 self.check(recorded)
                 if self.script:
                     reply = self.script.popleft()
+                elif (computed := self.answer(recorded)) is not None:
+                    reply = computed
                 elif self.responder is not None:
                     reply = self.responder(recorded)
                 else:

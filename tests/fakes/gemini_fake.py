@@ -1,5 +1,7 @@
 """Gemini on the wire: POST /v1beta/models/{model}:generateContent (or /v1/), and
-:streamGenerateContent?alt=sse, whose `data:` events are GenerateContentResponse chunks."""
+:streamGenerateContent?alt=sse, whose `data:` events are GenerateContentResponse chunks; and
+:embedContent and :batchEmbedContents, answered with hashed_embedding vectors unless a reply
+is scripted."""
 
 from __future__ import annotations
 
@@ -8,14 +10,42 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakes.base import FakeServer, ProtocolError, Recorded, schema_nodes, sse
+from tests.fakes.base import (
+    FakeServer,
+    ProtocolError,
+    Recorded,
+    Reply,
+    hashed_embedding,
+    schema_nodes,
+    sse,
+)
 
 PATH = re.compile(
-    r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent)$"
+    r"^/v1(?:beta)?/models/(?P<model>[^/:]+):(?P<method>generateContent|streamGenerateContent"
+    r"|embedContent|batchEmbedContents)$"
+)
+EMBEDDING_METHODS = ("embedContent", "batchEmbedContents")
+# The API's limit on one batchEmbedContents request.
+EMBEDDING_MAX_REQUESTS = 100
+TASK_TYPES = frozenset(
+    {
+        "TASK_TYPE_UNSPECIFIED",
+        "RETRIEVAL_QUERY",
+        "RETRIEVAL_DOCUMENT",
+        "SEMANTIC_SIMILARITY",
+        "CLASSIFICATION",
+        "CLUSTERING",
+        "QUESTION_ANSWERING",
+        "FACT_VERIFICATION",
+        "CODE_RETRIEVAL_QUERY",
+    }
 )
 
 
 class FakeGemini(FakeServer):
+    # The length of the vectors answered when outputDimensionality is not asked for.
+    embedding_dim = 48
+
     def __init__(self) -> None:
         super().__init__()
         # Signatures this fake handed out, by function name: Gemini 3 refuses a history whose
@@ -33,6 +63,9 @@ class FakeGemini(FakeServer):
         if not recorded.headers.get("x-goog-api-key"):
             raise ProtocolError("API key not valid. Please pass a valid API key.")
         body = recorded.body
+        if match["method"] in EMBEDDING_METHODS:
+            self.check_embedding(match["model"], match["method"], body)
+            return
         contents = body.get("contents") or []
         if not contents:
             raise ProtocolError("contents is not specified")
@@ -69,6 +102,53 @@ class FakeGemini(FakeServer):
                 if "name" not in declaration:
                     raise ProtocolError("function declarations need a name")
         self.check_generation_config(body.get("generationConfig") or {})
+
+    @staticmethod
+    def check_embedding(model: str, method: str, body: Any) -> None:
+        """embedContent: one request (content with text parts, an optional taskType and
+        outputDimensionality); batchEmbedContents: {requests: [...]}, at most 100, each naming
+        the model of the URL as models/<model>."""
+        if not isinstance(body, dict):
+            raise ProtocolError("the request body must be a JSON object")
+        if method == "embedContent":
+            requests = [body]
+        else:
+            requests = body.get("requests")
+            if not isinstance(requests, list) or not requests:
+                raise ProtocolError("* BatchEmbedContentsRequest.requests: cannot be empty")
+            if len(requests) > EMBEDDING_MAX_REQUESTS:
+                raise ProtocolError(
+                    "* BatchEmbedContentsRequest.requests: at most 100 requests can be in one batch"
+                )
+        for index, request in enumerate(requests):
+            if method == "batchEmbedContents" and request.get("model") != f"models/{model}":
+                raise ProtocolError(
+                    f"requests[{index}].model: must be models/{model}, the model of the URL"
+                )
+            parts = (request.get("content") or {}).get("parts") or []
+            if not parts or not all(isinstance(part.get("text"), str) for part in parts):
+                raise ProtocolError(f"requests[{index}].content: needs text parts")
+            task = request.get("taskType")
+            if task is not None and task not in TASK_TYPES:
+                raise ProtocolError(f"requests[{index}].taskType: invalid value {task!r}")
+            size = request.get("outputDimensionality")
+            if size is not None and not (isinstance(size, int) and size > 0):
+                raise ProtocolError(f"requests[{index}].outputDimensionality must be positive")
+
+    def answer(self, recorded: Recorded) -> Reply | None:
+        match = PATH.match(urlsplit(recorded.path).path)
+        if not match or match["method"] not in EMBEDDING_METHODS:
+            return None
+        body = recorded.body
+        if match["method"] == "embedContent":
+            return Reply(body={"embedding": self.embedding(body)})
+        return Reply(body={"embeddings": [self.embedding(item) for item in body["requests"]]})
+
+    def embedding(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The ContentEmbedding of one request: its text parts' words, hashed."""
+        text = " ".join(part["text"] for part in request["content"]["parts"])
+        dim = request.get("outputDimensionality") or self.embedding_dim
+        return {"values": hashed_embedding(text, dim)}
 
     @staticmethod
     def check_generation_config(config: dict[str, Any]) -> None:

@@ -1,10 +1,13 @@
 """OpenAI Chat Completions on the wire: POST /v1/chat/completions, streamed (`"stream": true`:
-`chat.completion.chunk` events, then `data: [DONE]`) or not."""
+`chat.completion.chunk` events, then `data: [DONE]`) or not; and POST /v1/embeddings, answered
+with hashed_embedding vectors (as floats or base64, as asked) unless a reply is scripted."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import struct
 from typing import Any
 
 from tests.fakes.base import (
@@ -12,6 +15,7 @@ from tests.fakes.base import (
     ProtocolError,
     Recorded,
     Reply,
+    hashed_embedding,
     is_object_schema,
     schema_nodes,
     sse,
@@ -46,12 +50,23 @@ NOT_IN_STRICT = frozenset(
 SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+# The API's limits on one /embeddings request.
+EMBEDDING_MAX_INPUTS = 2048
+INPUT_INVALID = "'$.input' is invalid. Please check the API reference."
+
+
 class FakeOpenAI(FakeServer):
+    # The length of the vectors /embeddings answers with when `dimensions` is not asked for.
+    embedding_dim = 64
+
     def check(self, recorded: Recorded) -> None:
-        if not recorded.path.endswith("/chat/completions"):
+        if not recorded.path.endswith(("/chat/completions", "/embeddings")):
             raise ProtocolError(f"unknown path {recorded.path}")
         if not recorded.headers.get("authorization", "").startswith("Bearer "):
             raise ProtocolError("missing bearer token")
+        if recorded.path.endswith("/embeddings"):
+            self.check_embeddings(recorded.body)
+            return
         body = recorded.body
         if not isinstance(body, dict) or not body.get("model") or not body.get("messages"):
             raise ProtocolError("model and messages are required")
@@ -79,6 +94,55 @@ class FakeOpenAI(FakeServer):
             raise ProtocolError("stream_options is only allowed when stream is true")
         if "response_format" in body:
             self.check_response_format(body["response_format"])
+
+    @staticmethod
+    def check_embeddings(body: Any) -> None:
+        """model, and input as one non-empty string or a list of at most 2048 of them (or token
+        arrays); encoding_format float or base64; dimensions a positive integer."""
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise ProtocolError("you must provide a model parameter")
+        given = body.get("input")
+        inputs = [given] if isinstance(given, str) else given
+        if not isinstance(inputs, list) or not 0 < len(inputs) <= EMBEDDING_MAX_INPUTS:
+            raise ProtocolError(INPUT_INVALID)
+        for item in inputs:
+            text_ok = isinstance(item, str) and item != ""
+            tokens_ok = isinstance(item, list) and item and all(isinstance(t, int) for t in item)
+            if not (text_ok or tokens_ok or isinstance(item, int)):
+                raise ProtocolError(INPUT_INVALID)
+        if body.get("encoding_format", "float") not in ("float", "base64"):
+            raise ProtocolError("encoding_format must be float or base64")
+        dimensions = body.get("dimensions")
+        if dimensions is not None and not (isinstance(dimensions, int) and dimensions > 0):
+            raise ProtocolError("dimensions must be a positive integer")
+
+    def answer(self, recorded: Recorded) -> Reply | None:
+        if not recorded.path.endswith("/embeddings"):
+            return None
+        return Reply(body=self.embeddings(recorded.body))
+
+    def embeddings(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The /embeddings answer to `request`: one vector per input, in the encoding asked."""
+        given = request["input"]
+        inputs = [given] if isinstance(given, str) else given
+        dim = request.get("dimensions") or self.embedding_dim
+        base64_wanted = request.get("encoding_format") == "base64"
+        data = []
+        for index, item in enumerate(inputs):
+            vector = hashed_embedding(item if isinstance(item, str) else str(item), dim)
+            if base64_wanted:
+                packed = struct.pack(f"<{dim}f", *vector)
+                embedding: Any = base64.b64encode(packed).decode()
+            else:
+                embedding = vector
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(len(str(item).split()) for item in inputs)
+        return {
+            "object": "list",
+            "data": data,
+            "model": request["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     @staticmethod
     def check_parts(parts: list[Any], role: str) -> None:

@@ -1,0 +1,102 @@
+"""`embed()`: texts in, one L2-normalised float32 vector per text out, from the configured
+embedder, batched and retried with llm's one retry policy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from embedder import config, local, providers
+from embedder.config import LOCAL, Choice
+from embedder.types import Embeddings, Kind
+from embedder.vectors import normalise
+from llm import config as llm_config
+from llm.errors import ModelOutputError
+from llm.retry import Retrying
+from llm.routing import GEMINI, OPENAI
+
+# Characters of one text sent to a provider; the rest is cut (gemini-embedding-001 reads 2,048
+# tokens at most, OpenAI's 8,192; a Chinese character can be a token or two).
+PROVIDER_MAX_CHARS = 2000
+
+_CALLS: dict[str, Callable[[Choice, Sequence[str], Kind], np.ndarray]] = {
+    OPENAI: providers.embed_openai,
+    GEMINI: providers.embed_gemini,
+}
+
+
+def embedder_name() -> str | None:
+    """The stable name of the configured embedder ("use-multilingual-v3"), None when off.
+    Stored with each vector; a vector of another name is never compared."""
+    choice = config.configured()
+    return choice.name if choice else None
+
+
+def embed(texts: Sequence[str], *, kind: Kind = "document") -> Embeddings | None:
+    """The vectors of `texts` (one row each, in order), or None when the embedder is off.
+
+    `kind` is "query" for a search's own text, "document" for what is searched. Raises llm's
+    typed errors: ModelConfigError (an unknown embedder, a missing key), ModelAuthError,
+    ModelRequestError, ModelUnavailable (after the retries), ModelOutputError (an answer with
+    the wrong number of vectors). Blocking: call it from a thread, not the event loop.
+    """
+    if isinstance(texts, str):
+        raise TypeError("embed() takes a sequence of texts, not one str")
+    if kind not in ("query", "document"):
+        raise ValueError(f"kind must be 'query' or 'document', not {kind!r}")
+    choice = config.configured()
+    if choice is None:
+        return None
+    if choice.provider == LOCAL:
+        return Embeddings(model=choice.name, dim=local.DIM, vectors=local.embed(list(texts)))
+    return _from_provider(choice, list(texts), kind)
+
+
+def preload() -> str | None:
+    """Load the default embedder's weights now if it is the one configured (2.5 s); the name
+    of what was loaded, else None. Providers need nothing loaded."""
+    choice = config.configured()
+    if choice is None or choice.provider != LOCAL:
+        return None
+    local.load()
+    return choice.name
+
+
+def _from_provider(choice: Choice, texts: list[str], kind: Kind) -> Embeddings:
+    settings = config.current()
+    size = settings.openai_batch if choice.provider == OPENAI else settings.gemini_batch
+    call = _CALLS[choice.provider]
+    # An empty input is refused by OpenAI's API; a space embeds as nearly nothing, as "" would.
+    sent = [text[:PROVIDER_MAX_CHARS] or " " for text in texts]
+    parts = [
+        _with_retries(lambda batch=sent[i : i + size]: call(choice, batch, kind), choice)
+        for i in range(0, len(sent), size)
+    ]
+    if not parts:
+        return Embeddings(model=choice.name, dim=0, vectors=np.zeros((0, 0), np.float32))
+    if len({part.shape[1] for part in parts}) > 1:
+        raise ModelOutputError(f"{choice.name}: batches came back with different dimensions")
+    vectors = normalise(np.concatenate(parts) if len(parts) > 1 else parts[0])
+    return Embeddings(model=choice.name, dim=vectors.shape[1], vectors=vectors)
+
+
+def _with_retries(attempt: Callable[[], np.ndarray], choice: Choice) -> np.ndarray:
+    """llm's retry rule around one request: transient failures (429, 5xx, timeouts) are tried
+    again after its backoff, the others raised at once, all typed."""
+    settings = llm_config.current()
+    translate = providers.translator(choice.provider)
+    retrying = Retrying(
+        translate=lambda exc: translate(exc, choice.name),
+        retries=settings.retries,
+        base=settings.backoff_base,
+        cap=settings.backoff_cap,
+        label=f"embedder {choice.name}",
+    )
+    while True:
+        try:
+            return attempt()
+        except Exception as exc:
+            delay = retrying.delay_after(exc, delivered=False)
+        time.sleep(delay)
