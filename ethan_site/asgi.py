@@ -149,6 +149,7 @@ class Doors:
         """The server was told to stop (SIGTERM): no new turn is taken, open MCP event streams
         end. Safe to call from a signal handler."""
         TURNS.stop_admitting(time.monotonic() + settings.ETHAN_DRAIN_SECONDS)
+        PERIODIC.halt()
         if self.loop is not None and self.stopping is not None:
             self.loop.call_soon_threadsafe(self.stopping.set)
 

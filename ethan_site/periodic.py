@@ -78,6 +78,11 @@ class PeriodicWork:
         )
         return True
 
+    def halt(self) -> None:
+        """No task starts from now on (the server was told to stop; safe in a signal handler):
+        the connections' drain is no time to begin one. stop() then waits for the thread."""
+        self._stopping.set()
+
     def stop(self, wait: float = STOP_WAIT_SECONDS) -> None:
         """Stop the thread, waiting `wait` seconds at most for a task in progress. Blocking:
         call it from a thread, not the event loop."""
