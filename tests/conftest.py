@@ -101,15 +101,38 @@ def start_in_group(argv: list[str], **popen: Any) -> subprocess.Popen:
 
 def end_group(process: subprocess.Popen, *, grace_seconds: float = 20) -> None:
     """SIGTERM to `process` (its own way to stop, as a service manager would ask) and up to
-    `grace_seconds` for it to exit, then SIGKILL to whatever is left of its group: a server's
-    workers, a child a shell started."""
+    `grace_seconds` for it to exit, then SIGKILL to whatever is left of its group (a server's
+    workers, a child a shell started) and of the processes it had started, however far down:
+    a benchmark's servers and model run in sessions of their own, out of its group."""
+    started_under = _descendants(process.pid)  # found now, while their parent is alive
     if process.poll() is None:
         process.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace_seconds)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+    for pid in started_under:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     process.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started under `pid`, children and theirs (Linux's /proc; none elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command)"
+        except OSError:
+            continue  # it has just exited
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found: list[int] = []
+    waiting = [pid]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            found.append(child)
+            waiting.append(child)
+    return found
 
 
 def run_in_group(

@@ -11,7 +11,6 @@ import itertools
 import json
 import math
 import os
-import subprocess
 import sys
 
 import pytest
@@ -20,6 +19,7 @@ from bench import concurrent_streams
 from bench.common import ROOT
 from bench.concurrent_streams import ModelProcess, added_ms, server_order, storage_check
 from bench.openai_compat import read_chunks
+from tests.conftest import run_in_group
 
 
 def test_the_slow_model_streams_its_reply_and_records_when():
@@ -112,7 +112,9 @@ def test_the_quick_bench_runs_against_both_servers(tmp_path):
         if not name.startswith(("ETHAN_", "DJANGO_", "DATABASE_", "CELERY_", "OPENAI_"))
     }
     command = [sys.executable, "-m", "bench.concurrent_streams", "--quick", "--json", str(out)]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=240)
+    # Its model and servers are ended with it on every path, a timeout included (end_group).
+    ran = run_in_group(command, cwd=ROOT, env=env, timeout=240)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
     result = json.loads(out.read_text())
 
     assert [alone["arrival"] for alone in result["alone"]] == ["burst", "spread"]
