@@ -7,8 +7,18 @@ import sqlite3
 import sys
 
 import pexpect
+import pytest
 
 from tests.conftest import ROOT, clean_env
+from tests.web_server import migrated_home
+
+
+@pytest.fixture(autouse=True)
+def _migrated(tmp_path):
+    """Each test's home (tmp_path) with its tables made, a copy (migrated_home): what is tested
+    here is the terminal, not a fresh home's preparation (tests/transfer/test_fresh_home.py),
+    which took most of each test's CPU."""
+    migrated_home(tmp_path)
 
 
 def spawn(args: list[str], home) -> pexpect.spawn:

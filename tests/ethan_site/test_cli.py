@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ethan_site.cli import SUBCOMMANDS, USAGE, route
 from tests.conftest import ROOT, clean_env, run_ethan, run_in_group
+from tests.web_server import migrated_home
 
 
 def test_route_speaks_the_original_cli():
@@ -84,6 +85,7 @@ def resumes(home: Path, command: str, **env: str) -> bool:
 
 
 def test_the_resume_hint_is_a_command_that_works_here(tmp_path):
+    migrated_home(tmp_path)  # a fresh home's preparation is test_ethan_migrates_a_fresh_home…
     # The venv is not on PATH: the script's own path.
     hint = resume_hint(tmp_path, PATH=NO_VENV_PATH)
     session_id = hint.rsplit(" ", 1)[1]
@@ -97,6 +99,7 @@ def test_the_resume_hint_is_a_command_that_works_here(tmp_path):
 
 
 def test_the_resume_hint_after_make_chat_is_make_chat(tmp_path):
+    migrated_home(tmp_path)
     make = {"PATH": NO_VENV_PATH, "ETHAN_STARTED_BY": "make"}
     hint = resume_hint(tmp_path, PWD=str(ROOT), **make)
     session_id = hint.split('"-r ', 1)[1].rstrip('"')
@@ -125,7 +128,7 @@ def test_ethan_import_and_export_from_the_console_script(tmp_path):
     source = tmp_path / "old"
     (source / "memory").mkdir(parents=True)
     (source / "memory/facts.json").write_text(json.dumps([{"content": "用户喜欢美式咖啡"}]))
-    home = tmp_path / "home"
+    home = migrated_home(tmp_path / "home")
     imported = run_ethan(["import", "--home", str(source), "--user", "ada"], home)
     assert imported.returncode == 0, imported.stderr
     assert "facts: 1 new" in imported.stdout
