@@ -17,6 +17,7 @@ COPY agent_app agent_app
 COPY channels channels
 COPY oauth_app oauth_app
 COPY llm llm
+COPY embedder embedder
 COPY manage.py ./
 RUN pip install --no-cache-dir . && useradd --create-home ethan && mkdir -p /data \
     && chown ethan /data
