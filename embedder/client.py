@@ -44,14 +44,17 @@ def embed(texts: Sequence[str], *, kind: Kind = "document") -> Embeddings | None
     """
     if isinstance(texts, str):
         raise TypeError("embed() takes a sequence of texts, not one str")
+    texts = list(texts)
+    if not all(isinstance(text, str) for text in texts):
+        raise TypeError("embed() takes texts (str) only")
     if kind not in ("query", "document"):
         raise ValueError(f"kind must be 'query' or 'document', not {kind!r}")
     choice = config.configured()
     if choice is None:
         return None
     if choice.provider == LOCAL:
-        return Embeddings(model=choice.name, dim=local.DIM, vectors=local.embed(list(texts)))
-    return _from_provider(choice, list(texts), kind)
+        return Embeddings(model=choice.name, dim=local.DIM, vectors=local.embed(texts))
+    return _from_provider(choice, texts, kind)
 
 
 def preload() -> str | None:

@@ -53,6 +53,8 @@ def test_embed_refuses_one_str_and_an_unknown_kind(embedder_config):
     embedder_config.configure(embedder="off")
     with pytest.raises(TypeError, match="not one str"):
         embedder.embed("hello")
+    with pytest.raises(TypeError, match="texts \\(str\\) only"):
+        embedder.embed(["hello", None])
     with pytest.raises(ValueError, match="kind must be"):
         embedder.embed(["hello"], kind="passage")
 
