@@ -11,10 +11,11 @@ keep every code path of the memory system working on a laptop with no key (and i
   followed by an imperative verb ("always reply in English", "never use emoji", "from now
   on, don't use emoji"; not "Always a pleasure to talk to you" or "Never mind, forget it")).
   After the tool results it confirms what it stored. A question (llm.text.is_question) is
-  never an instruction: "What do you remember about me?" writes nothing. A question about
+  never an instruction, and a request about the person ("Tell me about my daughter") is asked
+  as a question is: "What do you remember about me?" writes nothing. A question about
   the person is answered from memory, in their language and the second person: the
   <memory_context> fact that answers it ("Where do I live?" → "You told me you live in
-  Lisbon.", "你说过你住在里斯本。"; "What do you remember about me?" lists them), else a
+  Lisbon.", "你说过你住在里斯本。"; "What do you remember about me?" lists ten at most), else a
   memory_search call, answered on the next step from its result: a fact, or the best past
   message the person wrote with its day ("On 3 December you said: …"). Anything else gets a
   short acknowledgement.
@@ -33,9 +34,13 @@ themselves, never from a prompt:
   section. Plain self-statements count at 0.8 with no signal word: who the person is and what
   they do ("我在杭州做后端工程师", "I work at Acme"), where they live, the people and pets in
   their life ("我女儿叫小米", "my dog Max"), plans ("我要去东京出差", "I'm going to learn
-  Japanese"), moves, jobs, allergies ("I moved to Porto", "我对花生过敏"). A question is
-  never a fact. It does not judge against known facts: the consolidator's rules do (with
-  fact_slot: "I moved to Porto" supersedes "I live in Lisbon").
+  Japanese", "I'm planning a trip to Kyoto next March"), moves, jobs, allergies ("I moved to
+  Porto", "我对花生过敏"). A question or a request ("Tell me about my daughter") is never a
+  fact; it reads only the person's words (llm.text.person_words, through llm.memory.turns_of),
+  and writes facts in the third person in both languages ("The user lives in Lisbon", "用户住在
+  杭州"); the consolidator dates their relative times (llm.text.dated). It does not judge
+  against known facts: the consolidator's rules do (with fact_slot: "I moved to Porto"
+  supersedes "I live in Lisbon").
 """
 
 from __future__ import annotations
@@ -423,9 +428,9 @@ def _third_person(text: str) -> str:
     return _PRONOUN.sub(swap, text)
 
 
-# A stored fact, told back to the person it is about (told_to_user): the "User:" prefix of
-# about_user, or a third-person subject ("The user", "User's"), and the person's own first
-# person ("my favourite coffee") all become "you"/"your".
+# A stored fact, told back to the person it is about (told_to_user): the third-person subject
+# about_user writes ("The user", "the user's"), the "User:" prefix it wrote before, and the
+# person's own first person ("my favourite coffee") all become "you"/"your".
 _USER_PREFIX = re.compile(r"^\s*user\s*[:：]\s*", re.IGNORECASE)
 _USER_SUBJECT = re.compile(r"^\s*(?:the\s+)?user\b(?!['’]s)\s*", re.IGNORECASE)
 _USER_POSSESSIVE = re.compile(r"\b(?:the\s+)?user['’]s\b", re.IGNORECASE)
