@@ -8,8 +8,9 @@
 - a housekeeping request answered without memory (the recorded title prompt), beside the chat.
 
 In-process (Django's test client: the door, the turn and the offline model, no socket), on the
-embedded SQLite home .bench-home. The variants take turns request by request, so the machine's
-noise falls on all of them alike; each request is a new conversation.
+embedded SQLite home .bench-home. The variants take turns request by request, each round
+starting with the next one, so the machine's noise falls on all of them alike; each request is a
+new conversation.
 
     python -m bench.v1_chat_apps               # 300 requests a variant
     python -m bench.v1_chat_apps --quick       # 60
@@ -46,10 +47,11 @@ def _variants() -> dict[str, tuple[dict, bool]]:
     }
 
 
-def _timed(client, token: str, body: dict, n: int) -> float:
+def _timed(client, token: str, body: dict, n: str) -> float:
     body = json.loads(json.dumps(body))
     if not body["messages"][0]["content"].startswith("### Task"):
-        # A new conversation each time: the question differs.
+        # A new conversation each time: the question differs (the same one again would be a
+        # regenerate, answered without storing it).
         body["messages"][-1]["content"] += f" ({n})"
     started = time.perf_counter()
     answer = client.post(
@@ -78,13 +80,17 @@ def measure(requests: int) -> dict[str, list[float]]:
     variants = _variants()
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for warm in range(5):  # the first turns load what later ones reuse
-        for body, _ in variants.values():
-            _timed(client, token, body, -1 - warm)
+        for name, (body, _) in variants.items():
+            _timed(client, token, body, f"warm {warm} {name}")
+    names = list(variants)
     for n in range(requests):
-        for name, (body, recognised) in variants.items():
+        # Each round starts with the next variant: none is always first (or always after the
+        # same one) and pays what a round's first request pays.
+        for name in names[n % len(names) :] + names[: n % len(names)]:
+            body, recognised = variants[name]
             apis.housekeeping_of = recognise if recognised else (lambda messages: None)
             try:
-                samples[name].append(_timed(client, token, body, n))
+                samples[name].append(_timed(client, token, body, f"{name} {n}"))
             finally:
                 apis.housekeeping_of = recognise
     return samples
@@ -120,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     # Django's test client answers a JSON turn in the request's thread and leaves the turn's
     # generator to the collector, which gives its place under the per-person cap back late.
     os.environ.setdefault("ETHAN_TURNS_PER_PERSON", "100000")
+    os.environ.setdefault("ETHAN_API_RATE", "100000/minute")  # the bench is one person, fast
     django_setup()
     table = report(measure(requests))
     print(table)
