@@ -87,7 +87,13 @@ class TurnAnswer(HttpResponse):
             events = self.through(events, turn_io.SYNC)
         if self.lines is not None:
             return self._stream(_Finishing(turn_io.driven(self.lines(events)), events))
-        return self._headed(turn_io.run_unsuspended(self.answer(events)))
+        try:
+            return self._headed(turn_io.run_unsuspended(self.answer(events)))
+        finally:
+            # The answer stops reading at the turn's last event: its end (the place under the
+            # caps given back) runs now, not whenever the collector finds the generator.
+            for _ in turn_io.driven(events):
+                pass
 
     def _stream(self, lines: Any) -> StreamingHttpResponse:
         return self._headed(

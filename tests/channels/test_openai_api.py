@@ -853,3 +853,31 @@ def test_errors_outside_the_views_are_in_openais_shape_too(client, owner, settin
         not_json.status_code == 400 and not_json.json()["error"]["type"] == "invalid_request_error"
     )
     assert not Message.objects.exists()
+
+
+def test_a_json_turn_answered_in_the_requests_thread_gives_its_place_back_at_once(
+    client, owner, llm_config, settings
+):
+    """Under WSGI (a WSGI server, Django's test client) a non-streamed turn's place under the
+    per-person cap is given back when it is answered, not when the collector finds its
+    generator: more turns than the cap, one after another, are all answered."""
+    import gc
+
+    settings.ETHAN_TURNS_PER_PERSON = 2
+    token, _ = Token.objects.get_or_create(user=owner)
+    gc.disable()  # nothing collected behind the test's back
+    try:
+        statuses = [
+            client.post(
+                "/v1/chat/completions",
+                json.dumps(
+                    {"model": "ethan/offline", "messages": [{"role": "user", "content": f"hi {n}"}]}
+                ),
+                content_type="application/json",
+                HTTP_AUTHORIZATION=f"Bearer {token.key}",
+            ).status_code
+            for n in range(5)
+        ]
+    finally:
+        gc.enable()
+    assert statuses == [200] * 5
