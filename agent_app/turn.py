@@ -803,35 +803,24 @@ async def _answer(
             completion = replace(completion, tool_calls=())
         calls = offered.resolved(completion.tool_calls)
         client_calls = tuple(call for call, ours in calls if not ours)
-        if client_calls:
-            # The chat app runs these: Ethan's own calls beside them run here and are stored
-            # with the step, and the turn ends; the app's results come back in its next
-            # request (plan.continuing).
+        if calls:
+            # A tool step: Ethan's calls run here, stored with the step (the chat app's calls
+            # beside them too, for the app to run).
             for call, ours in calls:
                 if ours:
                     yield ToolCalled(tool=call.name, arguments=call.arguments)
             results = await io.db(
                 _tool_step_write, plan=plan, session=session, completion=completion, calls=calls
             )
-            for (call, _), result in zip([c for c in calls if c[1]], results, strict=True):
-                yield ToolResult(
-                    tool=call.name, ok=not result.startswith("error:"), summary=result[:200]
-                )
-            yield Done(
-                session_id=session.pk,
-                reply=completion.text,
-                path=plan.path,
-                model=plan.model,
-                input_tokens=input_tokens,
-                output_tokens=output_tokens,
-                model_calls=step,
-                tool_calls=tool_count + len(results),
-                offline=offline,
-                client_tool_calls=client_calls,
-            )
-            return
-        if not completion.tool_calls:
+            for call, result in zip([c for c, ours in calls if ours], results, strict=True):
+                ok = not result.startswith("error:")
+                yield ToolResult(tool=call.name, ok=ok, summary=result[:200])
+            tool_count += len(results)
+        else:
             await io.db(_reply_write, plan=plan, session=session, text=completion.text, token=token)
+        if client_calls or not calls:
+            # The reply is stored; or the chat app runs its calls, their results coming back
+            # with its next request (plan.continuing): the turn ends either way.
             yield Done(
                 session_id=session.pk,
                 reply=completion.text,
@@ -842,19 +831,13 @@ async def _answer(
                 model_calls=step,
                 tool_calls=tool_count,
                 offline=offline,
+                client_tool_calls=client_calls,
             )
             return
-        for call, _ in calls:
-            yield ToolCalled(tool=call.name, arguments=call.arguments)
-        results = await io.db(
-            _tool_step_write, plan=plan, session=session, completion=completion, calls=calls
-        )
+        # Ethan's calls only: their results go back to the model (named as it called them).
         context.append(completion.as_message())
         for call, result in zip(completion.tool_calls, results, strict=True):
             context.append(llm.Message.tool(call.id, result, name=call.name))
-            ok = not result.startswith("error:")
-            yield ToolResult(tool=call.name, ok=ok, summary=result[:200])
-        tool_count += len(results)
 
 
 class _OfferedTools:

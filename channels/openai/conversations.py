@@ -218,15 +218,7 @@ def chat_read(messages: Sequence[object]) -> ClientChat:
     Ethan can continue or that is over a limit. A conversation ends with the person's
     question, or with the results of the chat app's own tools after the assistant message
     that called them."""
-    if not isinstance(messages, list) or not messages:
-        raise ConversationError("messages must be a non-empty list")
-    # Counted first: a request of 20,000 messages is refused before any is read.
-    if len(messages) > settings.ETHAN_V1_MAX_MESSAGES:
-        raise ConversationError(
-            f"messages holds {len(messages)} messages; at most {settings.ETHAN_V1_MAX_MESSAGES} "
-            "are taken in one request (ETHAN_V1_MAX_MESSAGES)",
-            code="array_above_max_length",
-        )
+    _check_count(messages)
     instructions: list[str] = []
     said: list[tuple[str, str]] = []
     history: list[tuple[str, str]] = []
@@ -291,14 +283,7 @@ def transcript_read(messages: Sequence[object]) -> tuple[str, tuple[LLMMessage, 
     (ethan-plain, a chat app's housekeeping): its instructions, and every other message as it
     is (attachments, tool calls and results included). Within the same limits as a
     conversation; nothing of it is stored."""
-    if not isinstance(messages, list) or not messages:
-        raise ConversationError("messages must be a non-empty list")
-    if len(messages) > settings.ETHAN_V1_MAX_MESSAGES:
-        raise ConversationError(
-            f"messages holds {len(messages)} messages; at most {settings.ETHAN_V1_MAX_MESSAGES} "
-            "are taken in one request (ETHAN_V1_MAX_MESSAGES)",
-            code="array_above_max_length",
-        )
+    _check_count(messages)
     instructions: list[str] = []
     transcript: list[LLMMessage] = []
     total = 0
@@ -332,6 +317,19 @@ def transcript_read(messages: Sequence[object]) -> tuple[str, tuple[LLMMessage, 
     if not transcript:
         raise ConversationError("messages holds no message but the instructions")
     return "\n\n".join(i for i in instructions if i), tuple(transcript)
+
+
+def _check_count(messages: object) -> None:
+    """A non-empty list within ETHAN_V1_MAX_MESSAGES, counted before any message is read: a
+    request of 20,000 messages is refused at once."""
+    if not isinstance(messages, list) or not messages:
+        raise ConversationError("messages must be a non-empty list")
+    if len(messages) > settings.ETHAN_V1_MAX_MESSAGES:
+        raise ConversationError(
+            f"messages holds {len(messages)} messages; at most {settings.ETHAN_V1_MAX_MESSAGES} "
+            "are taken in one request (ETHAN_V1_MAX_MESSAGES)",
+            code="array_above_max_length",
+        )
 
 
 def _check_length(text: str, where: str) -> None:
