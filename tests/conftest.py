@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,19 @@ def end_group(process: subprocess.Popen, *, grace_seconds: float = 20) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     process.wait()
+    # A signal is delivered when the kernel next runs its process: wait until each has ended
+    # (gone, or a zombie for its new parent to reap), a guard of 30 s in case one cannot be.
+    deadline = time.monotonic() + 30
+    while any(process_running(pid) for pid in started_under) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def process_running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def _descendants(pid: int) -> list[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.conftest import end_group, run_in_group, start_in_group
+from tests.conftest import end_group, process_running, run_in_group, start_in_group
 
 # A leader that starts a child in a session of its own (out of the leader's group), a child of
 # its own group, writes their pids, then waits to be ended.
@@ -21,14 +21,6 @@ time.sleep(300)
 """
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return False
-
-
 def test_end_group_ends_every_process_started_under_it(tmp_path):
     written = tmp_path / "pids"
     leader = start_in_group([sys.executable, "-c", LEADER, str(written)])
@@ -38,11 +30,11 @@ def test_end_group_ends_every_process_started_under_it(tmp_path):
             assert leader.poll() is None and time.monotonic() < deadline, "no pids written"
             time.sleep(0.05)
         pids = [int(pid) for pid in written.read_text().split()]
-        assert all(alive(pid) for pid in pids)
+        assert all(process_running(pid) for pid in pids)
     finally:
         end_group(leader, grace_seconds=0)
     assert leader.returncode is not None
-    assert not any(alive(pid) for pid in pids)
+    assert not any(process_running(pid) for pid in pids)  # when it returns
 
 
 def test_run_in_group_returns_what_the_process_said():
