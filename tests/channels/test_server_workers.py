@@ -131,6 +131,7 @@ def test_sigterm_stops_every_process_within_the_drain(served, paced_openai):
     ) == [(ANSWER, 0)]
 
 
+@pytest.mark.slow  # two server processes and ten turns at once: make test-slow
 def test_the_same_first_message_sent_ten_times_at_once_is_one_session(tmp_path):
     """A client (or a double click) sending one conversation's first message ten times at once,
     to two processes: one session, the question stored once, every request answered."""

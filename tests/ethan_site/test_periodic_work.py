@@ -193,6 +193,7 @@ def on_fake(fake: FakeOpenAI, **env: str) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # `ethan serve` in two processes for many seconds: make test-slow
 def test_periodic_work_runs_each_task_once_per_period_across_two_workers(home_copy):
     """Two processes, each with its scheduler: every task runs, one run per period between
     them (each run claimed on its row: runs counted there as in the log), and SIGTERM stops
@@ -237,6 +238,7 @@ def test_periodic_work_runs_each_task_once_per_period_across_two_workers(home_co
     assert len(by_task["sessions.close_idle"]) >= 3 and len(by_task["channels.lark_reclaim"]) >= 5
 
 
+@pytest.mark.slow  # `ethan serve` in two processes for many seconds: make test-slow
 def test_periodic_work_goes_on_after_a_worker_is_killed_mid_task(home_copy, hanging_model):
     """A chat app's session closed as idle: the process whose close_idle is writing its end is
     killed (SIGKILL) while the model answers. The task runs again the next period, in another
@@ -272,6 +274,7 @@ def test_periodic_work_goes_on_after_a_worker_is_killed_mid_task(home_copy, hang
     assert model.calls == ["consolidate (hung)", "consolidate"]
 
 
+@pytest.mark.slow  # `ethan serve` in two processes for many seconds: make test-slow
 def test_sigterm_leaves_a_task_in_progress_to_the_next_run(home_copy, hanging_model):
     """SIGTERM while close_idle waits on the model: the server does not wait for it (it exits,
     saying which task it left), nothing half-done is stored, and the next start does it."""
@@ -306,6 +309,7 @@ def test_a_chat_apps_conversation_is_learnt_from_by_the_server_alone(home_copy):
     assert query(home, "SELECT channel FROM sessions_app_chatsession") == [("openai",)]
 
 
+@pytest.mark.slow  # `ethan serve` in two processes for many seconds: make test-slow
 def test_the_server_leaves_periodic_work_to_beat_when_a_broker_is_configured(home_copy):
     """With a broker (none listening here: nothing is sent to it), the server starts no
     scheduler: beat runs the periodic tasks. Startup is over once the server accepts."""
