@@ -2,7 +2,7 @@
 app's own templates and layout, never a person's chat; answered offline in the shape the app
 parses (llm.offline_housekeeping); counted per app, kind and day (HousekeepingTally).
 
-The Open WebUI requests are the ones it really sent (../shared/clients/open-webui-0.12.4). The
+The Open WebUI requests are the ones it really sent (tests/fixtures/clients/open-webui-0.12.4). The
 other templates are rebuilt here from each app's source, as the module's comments cite them."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from channels.openai.housekeeping import Housekeeping, housekeeping_of
 from channels.openai.housekeeping_tally import housekeeping_count
 from llm.offline_housekeeping import offline_task_answer
 
-RECORDED = Path(__file__).resolve().parents[3] / "shared" / "clients" / "open-webui-0.12.4"
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "clients" / "open-webui-0.12.4"
 RECORDINGS = sorted(RECORDED.glob("*.json"))
 CHAT_KINDS = {"chat", "chat_with_tools"}
 

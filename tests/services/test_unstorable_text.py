@@ -9,11 +9,11 @@ import pytest
 from agent_app.models import ClientConversation
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, Message
-from tests.channels import test_openai_api
+from tests.channels import conftest as doors
 
 # The /v1 tests' fixtures: an openai SDK client on the live server, with a person's token.
-activity = test_openai_api.activity
-client_for = test_openai_api.client_for
+activity = doors.activity
+client_for = doors.client_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
