@@ -152,6 +152,14 @@ def test_ethan_usage_errors_read_as_one_program_and_write_nothing(tmp_path):
         "ethan: error: unrecognized arguments: --bogus\n",
         ("serve", "--workers", "two"): "usage: ethan serve [-h] [--bind BIND] [--workers WORKERS]\n"
         "ethan serve: error: argument --workers: invalid int value: 'two'\n",
+        ("serve", "--workers", "0"): "usage: ethan serve [-h] [--bind BIND] [--workers WORKERS]\n"
+        "ethan serve: error: argument --workers: must be at least 1\n",
+        (
+            "serve",
+            "--bind",
+            "nonsense",
+        ): "usage: ethan serve [-h] [--bind BIND] [--workers WORKERS]\n"
+        "ethan serve: error: argument --bind: must be HOST:PORT, not 'nonsense'\n",
         ("session", "bogus"): "usage: ethan session [-h] [--user USER] ACTION ...\n"
         "ethan session: error: argument ACTION: invalid choice: 'bogus' "
         "(choose from 'list', 'show', 'delete', 'search')\n",
