@@ -15,6 +15,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.web_server import Server, api_token, migrated_home, web_server
 
@@ -68,6 +70,8 @@ def _wait(predicate, seconds: float = 90) -> bool:
     return predicate()
 
 
+# A real server through the app's whole session and its idle close: make test-slow (CI runs it).
+@pytest.mark.slow
 def test_open_webui_with_its_defaults_is_answered_and_only_its_chats_are_remembered(tmp_path):
     home = migrated_home(tmp_path / "home")
     token = api_token(home, "ada")
