@@ -50,6 +50,8 @@ def test_admin_static_files_are_served_without_collectstatic(client):
     assert b"body" in b"".join(response.streaming_content)
 
 
+# About 30 s (the connection pool's own wait for a database that refuses): make test-slow.
+@pytest.mark.slow
 def test_healthz_database_down_is_503(tmp_path):
     """A real unreachable PostgreSQL (nothing listens on port 1), in a child process."""
     from tests.conftest import run_manage

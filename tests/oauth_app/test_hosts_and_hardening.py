@@ -130,6 +130,9 @@ def test_a_dripping_metadata_document_is_given_up_at_the_deadline(ca, settings, 
     assert drip.answered.is_set() and drip.sent < len(drip.body)
 
 
+# Hosts dripping their metadata a byte a second for the fetch's whole deadline (about 20 s):
+# make test-slow.
+@pytest.mark.slow
 def test_dripping_token_requests_leave_the_sign_in_page_served(site, ca, settings, person):
     """Three token requests naming dripping documents: one is fetched at a time, the others
     are answered at once as unknown clients, and the sign-in page is served meanwhile."""
