@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 
+import pytest
+
 import llm
 from llm.types import Attachment, Message, Sampling, ToolChoice, ToolSpec
 
@@ -78,12 +80,8 @@ def test_a_model_that_refuses_attachments_is_asked_again_with_their_placeholders
 
 def test_a_refusal_without_attachments_stands(provider):
     provider.fake.reply(provider.error(400, "bad request"), status=400)
-    try:
+    with pytest.raises(llm.ModelRequestError):
         llm.complete(model=provider.model, messages=[Message.user("hi")])
-    except llm.ModelRequestError:
-        pass
-    else:
-        raise AssertionError("a refused request without attachments must raise")
     assert len(provider.fake.requests) == 1
 
 

@@ -174,17 +174,8 @@ def document_server(ca: LoopbackCA) -> Iterator[DocumentServer]:
         def log_message(self, *args) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(ca.cert_file, ca.key_file)
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _https_served(Handler, port, ca):
         yield served
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 # --- the host: the SDK's OAuth client, and a browser -------------------------------------------
@@ -380,15 +371,24 @@ def dripping_server(ca: LoopbackCA, length: int = 120) -> Iterator[DrippingServe
         def log_message(self, *args) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    with _https_served(Handler, port, ca):
+        try:
+            yield served
+        finally:
+            served.stop.set()  # the drips still under way end before the server does
+
+
+@contextlib.contextmanager
+def _https_served(handler: type[BaseHTTPRequestHandler], port: int, ca) -> Iterator[None]:
+    """`handler` on a loopback https port with the tests' CA's certificate, in a thread, for
+    the block's length."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(ca.cert_file, ca.key_file)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        yield served
+        yield
     finally:
-        served.stop.set()
         httpd.shutdown()
         httpd.server_close()
