@@ -47,6 +47,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agent_app.lifecycle import learn_batch, sessions_learn
+from agent_app.vectors import vectors_for_owner
 from ethan_site.queue import enqueue, ethan_task, run_deferred
 from llm.memory import CONSOLIDATE_SYSTEM
 from llm.tokens import estimate_tokens
@@ -188,6 +189,7 @@ def imports_learn_start(*, owner: AbstractBaseUser, run: ImportRun | None = None
     """Queue the learning of the owner's pending imported sessions (the chain's first step,
     after the current transaction commits); returns how many are pending."""
     pending = sessions_to_learn(owner=owner).count()
+    vectors_for_owner(owner_id=owner.pk)  # the imported messages' vectors, in the background
     if run is not None:
         _run_update(run, status=ImportRun.Status.LEARNING, learn_total=pending, learn_done=0)
     if pending:

@@ -36,6 +36,7 @@ from agent_app.modes import mode_parse
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import SystemPrompt, build_system
 from agent_app.tools import TOOL_SPECS, run_tool
+from agent_app.vectors import vectors_after_turn
 from ethan_site.limits import UnstorableText, storable_text
 from ethan_site.queue import enqueue
 from llm.types import AUTO, NO_SAMPLING, Attachment, Sampling, ToolCall, ToolChoice
@@ -669,13 +670,13 @@ async def _events(
                 session_id=session.pk,
             )
         # All of the turn's work is done before its last event, which a consumer may stop at:
-        # consolidation is queued when it has work (after the reply or the failure: the stored
-        # message still counts as a round, and if the compression model is down too the task's
-        # retries catch up), on a worker once this commits, or in-process after the reply
+        # the vectors of what it stored are queued, and consolidation when it has work (after
+        # the reply or the failure: the stored message still counts as a round, and if the
+        # compression model is down too the task's retries catch up), on a worker once this
+        # commits, or in-process after the reply
         # (embedded mode); and the session is given back for the next turn (by the reply's
         # own append when there is one: then _release has nothing left to do).
-        if progress.consolidation_due:
-            await io.db(enqueue, consolidation_run_task, session.pk)
+        await io.db(_memory_work_queue, session, progress.consolidation_due)
         if _holds(session, token):  # no hop to the database for a claim already given back
             await io.db(_release, session, token)
         released = True
@@ -994,3 +995,12 @@ def turn_run(
                 offline=event.offline,
             )
     raise RuntimeError("a turn ended without done or error")  # a bug, never a person's input
+
+
+def _memory_work_queue(session: ChatSession, consolidation_due: bool) -> None:
+    """A turn's background memory work, in one hop to the database thread: consolidation when
+    it is due, then the vectors of what the turn stored (after the consolidation, so that in
+    embedded mode the facts it extracts are embedded in the same pass)."""
+    if consolidation_due:
+        enqueue(consolidation_run_task, session.pk)
+    vectors_after_turn(owner_id=session.owner_id, session_id=session.pk)

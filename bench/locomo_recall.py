@@ -281,6 +281,13 @@ def consolidate(loaded: Loaded) -> None:
         session_episode_write_task(session.pk)
 
 
+def write_vectors(loaded: Loaded) -> None:
+    """The vectors the background writes after each turn (ETHAN_EMBEDDER; none when off)."""
+    from agent_app.vectors import vectors_write_all
+
+    vectors_write_all(owner_id=loaded.owner.pk)
+
+
 def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str], int]:
     """The turns a fresh full-path turn with `question` reaches, and its context tokens."""
     from django.test.utils import override_settings
@@ -478,6 +485,7 @@ def evaluate(
         if extractor is not None:
             extractor.use(sample, loaded)
         consolidate(loaded)
+        write_vectors(loaded)
         turns = list(loaded.turn_text.items())
         for question in questions(sample, index, set(loaded.turn_text)):
             values: dict[str, float] = {}

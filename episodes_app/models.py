@@ -24,6 +24,13 @@ class Episode(models.Model):
     keywords = models.JSONField(default=list)
     # Summary and keywords as words for search (sessions_app.search).
     search_tokens = models.TextField(blank=True, editable=False)
+    # Its meaning for search (sessions_app.meaning): an int8 blob from embedder.to_blob, and the
+    # name of the embedder that wrote it (vectors of different names are never compared).
+    # Null until the background writes it; cleared when the text it embeds changes. Nullable
+    # with no default, so adding them is an ALTER TABLE ADD COLUMN on SQLite too, not a copy
+    # of the whole table.
+    embedding = models.BinaryField(null=True, editable=False)
+    embedding_model = models.CharField(max_length=100, null=True, editable=False)  # noqa: DJ001
     model = models.CharField(max_length=100, blank=True)
     turn_count = models.PositiveIntegerField()
     timestamp = models.DateTimeField(default=timezone.now)  # when the session ended

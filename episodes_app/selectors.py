@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from episodes_app.models import Episode
 from llm.tokens import estimate_tokens
+from sessions_app import meaning
 from sessions_app.search import bm25, matching, mean_length, query_terms
 
 # Episodes scored per search: the owner's most recent ones.
@@ -48,7 +49,8 @@ def episodes_search(
     """Episodes ranked by BM25 of their summary and keywords against `query` (the memory search
     engine), best first, ties newest first; with `recency`, times the recency prior."""
     terms = query_terms(query)
-    if not terms:
+    vector = meaning.query_vector(query)
+    if not terms and vector is None:
         return []
     now = now or timezone.now()
     episodes = episodes_for_owner(owner=owner)
@@ -67,8 +69,11 @@ def episodes_search(
     )
     total = candidates[0].owner_total if candidates else 0
     avgdl = candidates[0].owner_length if candidates else None
+    found = bm25(terms, ((e, e.search_tokens) for e in candidates), total, avgdl=avgdl)
+    if vector is not None:
+        found = meaning.fused_rows(found, meaning.nearest(episodes, vector), episodes, limit=limit)
     scored = []
-    for ranked in bm25(terms, ((e, e.search_tokens) for e in candidates), total, avgdl=avgdl):
+    for ranked in found:
         score = ranked.score
         if recency:
             age_days = max(0.0, (now - ranked.item.timestamp).total_seconds() / 86400)

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from django.utils import timezone
 
 import llm
+from embedder import embedder_name
 from episodes_app.keywords import keywords_for
 from episodes_app.models import Episode
 from llm import memory as llm_memory
 from llm.types import Message as LLMMessage
+from sessions_app import meaning
 from sessions_app.models import ChatSession
 from sessions_app.rounds import rounds_messages
 from sessions_app.search import ReindexStep, rows_reindex_batches, search_tokens
@@ -23,9 +25,38 @@ MIN_ROUNDS = 2
 SUMMARY_ROUNDS = 40
 
 
+def episode_text(summary: str, keywords: list[str]) -> str:
+    """What an episode is found by, in words and in meaning: its summary and its keywords."""
+    return f"{summary} {' '.join(keywords)}"
+
+
 def episode_search_tokens(summary: str, keywords: list[str]) -> str:
-    """An episode is found by its summary and its keywords (written here and by an import)."""
-    return search_tokens(f"{summary} {' '.join(keywords)}")
+    """An episode's search tokens (written here and by an import)."""
+    return search_tokens(episode_text(summary, keywords))
+
+
+def episodes_embed(*, owner_id: int, limit: int = 256) -> int:
+    """Write the vectors of the owner's episodes that have none of the configured embedder's,
+    at most `limit`; how many were written. An episode rewritten meanwhile (its session
+    resumed and ended again) is left for the next pass."""
+    name = embedder_name()
+    if name is None:
+        return 0
+    rows = list(
+        meaning.pending(Episode.objects.filter(owner_id=owner_id), name)
+        .order_by("pk")
+        .values_list("pk", "summary", "keywords")[:limit]
+    )
+    found = meaning.vectors_of([episode_text(summary, keywords) for _pk, summary, keywords in rows])
+    if found is None or not rows:
+        return 0
+    name, vectors = found
+    return meaning.rows_write(
+        Episode,
+        {pk: vectors[at] for at, (pk, _summary, _keywords) in enumerate(rows)},
+        name,
+        unchanged={pk: {"summary": summary} for pk, summary, _keywords in rows},
+    )
 
 
 def episodes_reindex(*, batch: int) -> Iterator[ReindexStep]:
@@ -79,6 +110,9 @@ def episode_write(
             "summary": summary,
             "keywords": (keywords := keywords_for([*said, summary])),
             "search_tokens": episode_search_tokens(summary, keywords),
+            # New words: the background embeds them again (episodes_embed).
+            "embedding": None,
+            "embedding_model": None,
             "model": model,
             "turn_count": session.round_count,
             # An imported conversation is learnt before it is given its end: its last activity.

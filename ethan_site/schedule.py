@@ -58,6 +58,8 @@ PERIODIC_TASKS = [
     ),
     # Owners over the fact capacity (a lowered setting, an import) are brought back under it.
     Periodic(name="memory: eviction sweep", task="memory.evict_sweep", every_seconds=3600),
+    # Vectors a failed task or a broker outage left unwritten (agent_app.vectors).
+    Periodic(name="memory: catch up vectors", task="memory.vectors_catch_up", every_seconds=600),
     # Expired OAuth tokens and grants (remote MCP hosts) are removed.
     Periodic(name="oauth: clear expired tokens", task="oauth.clear_expired", every_seconds=86400),
 ]

@@ -39,6 +39,13 @@ class Fact(models.Model):
     content_key = models.CharField(max_length=40, editable=False)
     # The content's words for search and relevance-aware injection (sessions_app.search).
     search_tokens = models.TextField(blank=True, editable=False)
+    # Its meaning for search (sessions_app.meaning): an int8 blob from embedder.to_blob, and the
+    # name of the embedder that wrote it (vectors of different names are never compared).
+    # Null until the background writes it; cleared when the text it embeds changes. Nullable
+    # with no default, so adding them is an ALTER TABLE ADD COLUMN on SQLite too, not a copy
+    # of the whole table.
+    embedding = models.BinaryField(null=True, editable=False)
+    embedding_model = models.CharField(max_length=100, null=True, editable=False)  # noqa: DJ001
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.KNOWLEDGE)
     confidence = models.FloatField(default=0.8)
     source = models.CharField(max_length=16, choices=Source.choices)

@@ -14,7 +14,7 @@ from django.db.models.expressions import RawSQL
 from memory_app import confidence
 from memory_app.models import Fact, Procedure
 from memory_app.normalize import content_key
-from sessions_app import search
+from sessions_app import meaning, search
 from sessions_app.search import (
     CANDIDATE_CAP,
     Ranked,
@@ -65,19 +65,39 @@ def facts_for_injection(
     """
     mode = mode or settings.ETHAN_INJECTION
     terms = query_terms(text) if mode == "relevance" else []
-    if not terms:
+    vector = meaning.query_vector(text) if mode == "relevance" else None
+    if not terms and vector is None:
         return list(_candidates(owner.pk)[:limit])
-    rows = _RankedRows.of(limit).rows(owner_id=owner.pk, terms=terms)
-    if not rows:
-        return []
     pk, confidence_at, tokens_at = (_FIELDS.index(f) for f in ("id", "confidence", "search_tokens"))
-    ranked = bm25(
-        terms, ((row, row[tokens_at]) for row in rows), total_docs=rows[0][-2], avgdl=rows[0][-1]
-    )
-    relevance = {}
-    if ranked:
-        best = ranked[0].score
-        relevance = {item.item[pk]: item.score / best for item in ranked}
+    if terms:
+        rows = _RankedRows.of(limit).rows(owner_id=owner.pk, terms=terms)
+    else:  # no word to match: the seed list, which meaning may reorder and add to
+        rows = [(*row, 0, None) for row in _candidates(owner.pk).values_list(*_FIELDS)[:limit]]
+    if not rows and vector is None:
+        return []
+    ranked = []
+    if terms and rows:
+        ranked = bm25(
+            terms,
+            ((row, row[tokens_at]) for row in rows),
+            total_docs=rows[0][-2],
+            avgdl=rows[0][-1],
+        )
+    lexical = [(item.item[pk], item.score) for item in ranked]
+    if vector is None:
+        best = lexical[0][1] if lexical else 1.0
+        relevance = {key: score / best for key, score in lexical}
+    else:
+        fused = meaning.fuse(lexical, meaning.nearest(_candidates(owner.pk), vector))
+        best = fused[0].score if fused and fused[0].score > 0 else 1.0
+        relevance = {item.key: item.score / best for item in fused}
+        known = {row[pk] for row in rows}
+        missing = [item.key for item in fused[:INJECTION_CANDIDATES] if item.key not in known]
+        if missing:  # found by meaning alone: read as the other rows are
+            rows += [
+                (*row, 0, None)
+                for row in _candidates(owner.pk).filter(pk__in=missing).values_list(*_FIELDS)
+            ]
     # A stable sort: ties, and facts sharing no term, keep the design's order (the rows').
     rows.sort(key=lambda row: -(row[confidence_at] + RELEVANCE_WEIGHT * relevance.get(row[pk], 0)))
     return [Fact.from_db(Fact.objects.db, _FIELDS, row[:-2]) for row in rows[:limit]]
@@ -199,13 +219,19 @@ def facts_search(
     facts = facts_for_owner(owner=owner)
     if not include_inactive:
         facts = facts.filter(status=Fact.Status.ACTIVE)
-    total = facts.count()
-    found = matching(facts, terms).annotate(mean_length=mean_length(facts))
-    candidates = list(found.order_by("-id")[:CANDIDATE_CAP])
-    avgdl = candidates[0].mean_length if candidates else None
-    return bm25(terms, ((fact, fact.search_tokens) for fact in candidates), total, avgdl=avgdl)[
-        :limit
-    ]
+    ranked = []
+    if terms:
+        total = facts.count()
+        found = matching(facts, terms).annotate(mean_length=mean_length(facts))
+        candidates = list(found.order_by("-id")[:CANDIDATE_CAP])
+        avgdl = candidates[0].mean_length if candidates else None
+        ranked = bm25(
+            terms, ((fact, fact.search_tokens) for fact in candidates), total, avgdl=avgdl
+        )
+    vector = meaning.query_vector(query)
+    if vector is not None:
+        ranked = meaning.fused_rows(ranked, meaning.nearest(facts, vector), facts, limit=limit)
+    return ranked[:limit]
 
 
 def procedures_active(*, owner: AbstractBaseUser) -> list[Procedure]:

@@ -10,8 +10,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from embedder import embedder_name
 from ethan_site.limits import (
     FACT_MAX_CHARS,
     RULE_CONTEXT_MAX_CHARS,
@@ -24,6 +26,7 @@ from memory_app import confidence as rules
 from memory_app import selectors
 from memory_app.models import Fact, FactEvent, MemoryReview, Procedure
 from memory_app.normalize import content_key, normalize
+from sessions_app import meaning
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import (
     ReindexStep,
@@ -36,6 +39,41 @@ from sessions_app.search import (
 def fact_search_tokens(content: str, message: Message | None) -> str:
     """A fact is found by its words and by those of the turn it was learnt from."""
     return with_context(search_tokens(content), message.content if message else "")
+
+
+def _words_set(fact: Fact, content: str) -> None:
+    """Give a fact its (new) words: its key and search tokens follow them, and a vector of other
+    words is dropped (the background writes the new one: facts_embed)."""
+    if content != fact.content:
+        fact.embedding = fact.embedding_model = None
+    fact.content = content
+    fact.content_key = content_key(content)
+    fact.search_tokens = fact_search_tokens(content, fact.message)
+
+
+def facts_embed(*, owner_id: int, limit: int = 256) -> int:
+    """Write the vectors of the owner's facts that have none of the configured embedder's
+    (active ones first, then the rest, which an undo can bring back), at most `limit`; how many
+    were written. A fact edited meanwhile is left for the next pass (meaning.rows_write)."""
+    name = embedder_name()
+    if name is None:
+        return 0
+    rows = meaning.pending(Fact.objects.filter(owner_id=owner_id), name)
+    rows = list(
+        rows.annotate(inactive=~Q(status=Fact.Status.ACTIVE))
+        .order_by("inactive", "pk")
+        .values_list("pk", "content")[:limit]
+    )
+    found = meaning.vectors_of([content for _pk, content in rows])
+    if found is None or not rows:
+        return 0
+    name, vectors = found
+    return meaning.rows_write(
+        Fact,
+        {pk: vectors[at] for at, (pk, _content) in enumerate(rows)},
+        name,
+        unchanged={pk: {"content": content} for pk, content in rows},
+    )
 
 
 def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:
@@ -275,9 +313,7 @@ def fact_update(
 ) -> Fact:
     """The same fact, said more precisely: new wording, reinforced confidence."""
     old_content, old_confidence = fact.content, fact.confidence
-    fact.content = _fact_content(content)
-    fact.content_key = content_key(fact.content)
-    fact.search_tokens = fact_search_tokens(fact.content, fact.message)
+    _words_set(fact, _fact_content(content))
     fact.confidence = rules.reinforced(old_confidence, confidence)
     fact.hit_count += 1
     fact.updated_at = timezone.now()
@@ -373,8 +409,7 @@ def fact_edit(
     old_content, old_confidence = fact.content, fact.confidence
     twin = None
     if content is not None:
-        fact.content = _fact_content(content)
-        fact.content_key = content_key(fact.content)
+        _words_set(fact, _fact_content(content))
         if fact.status == Fact.Status.ACTIVE:
             twin = selectors.fact_matching(owner=fact.owner, content=fact.content, other_than=fact)
     fact.search_tokens = fact_search_tokens(fact.content, fact.message)
@@ -530,15 +565,14 @@ def fact_undo(*, fact: Fact, actor: str) -> Fact:
     content = last.old_content or fact.content
     confidence = fact.confidence if last.old_confidence is None else last.old_confidence
     status = _status_after(events[:-1]) or fact.status
-    key = content_key(content)
     if status == Fact.Status.ACTIVE:
         twin = selectors.fact_matching(owner=fact.owner, content=content, other_than=fact)
         if twin is not None:
             raise ValidationError(
                 f"an equal fact is already remembered (#{twin.pk}); forget that one first"
             )
-    fact.content, fact.content_key, fact.confidence, fact.status = content, key, confidence, status
-    fact.search_tokens = fact_search_tokens(content, fact.message)
+    _words_set(fact, content)
+    fact.confidence, fact.status = confidence, status
     if status == Fact.Status.ACTIVE:
         fact.superseded_by = None
     fact.updated_at = timezone.now()

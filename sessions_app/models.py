@@ -96,6 +96,13 @@ class Message(models.Model):
     interrupted = models.BooleanField(default=False)
     # The content's words for search (sessions_app.search); indexed on PostgreSQL.
     search_tokens = models.TextField(blank=True, editable=False)
+    # Its meaning for search (sessions_app.meaning): an int8 blob from embedder.to_blob, and the
+    # name of the embedder that wrote it (vectors of different names are never compared).
+    # Null until the background writes it; cleared when the text it embeds changes. Nullable
+    # with no default, so adding them is an ALTER TABLE ADD COLUMN on SQLite too, not a copy
+    # of the whole table.
+    embedding = models.BinaryField(null=True, editable=False)
+    embedding_model = models.CharField(max_length=100, null=True, editable=False)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

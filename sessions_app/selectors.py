@@ -12,7 +12,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from ethan_site.limits import UnstorableText, storable_text
-from sessions_app import search
+from sessions_app import meaning, search
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import (
@@ -170,11 +170,7 @@ def _messages_ranked(
     # Everyone's messages, narrowed as asked; scoped to the owner by a join for the walk over
     # the newest ids, and by one lookup of the sessions met for the index steps
     # (search.newest_matching says why).
-    messages = Message.objects.all()
-    if session_id:
-        messages = messages.filter(session_id=session_id)
-    if exclude_after:  # (session id, seq): the current round, already in the model's context
-        messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
+    messages = _narrowed(Message.objects.all(), session_id, exclude_after)
 
     def owners_only(batch: list[tuple]) -> list[tuple]:
         mine = set(
@@ -211,11 +207,19 @@ def messages_search(
     "上周"; relative ones count from `now`, by default the present), the messages from then
     are preferred (search.prefer_time)."""
     parsed = query_parse(query, now=timezone.localtime(now))
-    if not parsed.terms:
+    vector = meaning.query_vector(query)
+    if not parsed.terms and vector is None:
         return []
-    ranked = _messages_ranked(
-        owner=owner, terms=parsed.terms, session_id=session_id, exclude_after=exclude_after
-    )
+    ranked = []
+    if parsed.terms:
+        ranked = _messages_ranked(
+            owner=owner, terms=parsed.terms, session_id=session_id, exclude_after=exclude_after
+        )
+    if vector is not None:
+        ranked = _messages_fused(
+            ranked,
+            meaning.nearest(_messages_scoped(owner, session_id, exclude_after), vector),
+        )
     if parsed.span:
         ranked = prefer_time(ranked, parsed.span, when=lambda row: row[_CREATED])
     ranked = ranked[:limit]
@@ -223,6 +227,39 @@ def messages_search(
         return []
     found = Message.objects.only(*RESULT_FIELDS).in_bulk([r.item[_ID] for r in ranked])
     return [Ranked(item=found[r.item[_ID]], score=r.score) for r in ranked]
+
+
+def _narrowed(
+    messages: QuerySet[Message], session_id: str | None, exclude_after: tuple[str, int] | None
+) -> QuerySet[Message]:
+    """`messages` narrowed as a search asks: to one session, and without the current round
+    (exclude_after: (session id, seq), already in the model's context)."""
+    if session_id:
+        messages = messages.filter(session_id=session_id)
+    if exclude_after:
+        messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
+    return messages
+
+
+def _messages_scoped(
+    owner: AbstractBaseUser, session_id: str | None, exclude_after: tuple[str, int] | None
+) -> QuerySet[Message]:
+    """The owner's messages a search compares by meaning."""
+    return _narrowed(Message.objects.filter(session__owner=owner), session_id, exclude_after)
+
+
+def _messages_fused(ranked: list[Ranked], scan: meaning.Scan) -> list[Ranked]:
+    """BM25's candidates (CANDIDATE_FIELDS tuples) fused with the scan's (meaning.fuse); the
+    scan's own candidates are read as the same tuples."""
+    fused = meaning.fuse([(r.item[_ID], r.score) for r in ranked], scan)
+    rows = {r.item[_ID]: r.item for r in ranked}
+    missing = [item.key for item in fused if item.key not in rows]
+    if missing:
+        rows.update(
+            (row[_ID], row)
+            for row in Message.objects.filter(pk__in=missing).values_list(*CANDIDATE_FIELDS)
+        )
+    return [Ranked(item=rows[item.key], score=item.score) for item in fused if item.key in rows]
 
 
 def session_search(

@@ -17,6 +17,8 @@ from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
+from embedder import embedder_name
+from sessions_app import meaning
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
@@ -436,3 +438,53 @@ def sessions_close_idle(
     # Conditional on ended_at still being empty: a racing second run ends nothing twice.
     ChatSession.objects.filter(pk__in=ids, ended_at=None).update(ended_at=timezone.now())
     return ids
+
+
+# --- vectors (sessions_app.meaning): written in the background, never on a turn's path -----
+
+# Messages embedded per call at most: a long imported session is embedded over several calls
+# (each returns how many it wrote; the caller comes back while there are more).
+EMBED_BATCH = 256
+
+
+def messages_embed(*, session_id: str, limit: int = EMBED_BATCH) -> int:
+    """Write the vectors of this session's spoken messages that have none of the configured
+    embedder's, oldest first, at most `limit`; returns how many were written (0 when the
+    embedder is off or nothing is pending).
+
+    A message's vector carries its neighbours' text (meaning.combined: the spoken turns before
+    and after it), so the spoken message just before the first pending one is written again:
+    when it was embedded, the message after it did not exist yet. Idempotent and resumable: a
+    pass killed half-way leaves rows with or without a vector, and the next pass starts at the
+    first without."""
+    name = embedder_name()
+    if name is None:
+        return 0
+    spoken = Message.objects.filter(session_id=session_id, role__in=SPOKEN).exclude(content="")
+    first = meaning.pending(spoken, name).order_by("seq").values_list("seq", flat=True)[:1]
+    first = first[0] if first else None
+    if first is None:
+        return 0
+    # The two spoken turns before the first pending one: the one written again, and its own
+    # previous turn, its context.
+    before = list(spoken.filter(seq__lt=first).order_by("-seq").values_list("pk", "content")[:2])[
+        ::-1
+    ]
+    after = list(spoken.filter(seq__gte=first).order_by("seq").values_list("pk", "content")[:limit])
+    # And the turn after the last one written, when there is one: its next neighbour.
+    beyond = list(
+        spoken.filter(seq__gt=first).order_by("seq").values_list("pk", "content")[limit : limit + 1]
+    )
+    rows = before + after + beyond
+    found = meaning.vectors_of([content for _pk, content in rows])
+    if found is None:
+        return 0
+    name, own = found
+    written_from = max(0, len(before) - 1)  # the turn just before the first pending one
+    written_to = len(before) + len(after)
+    vectors = {}
+    for at in range(written_from, written_to):
+        neighbours = [own[i] for i in (at - 1, at + 1) if 0 <= i < len(rows)]
+        vectors[rows[at][0]] = meaning.combined(own[at], neighbours)
+    meaning.rows_write(Message, vectors, name)
+    return len(after)

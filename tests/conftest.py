@@ -24,6 +24,32 @@ from tests.signin_helpers import sign_in_clock  # noqa: F401
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _keyword_search_by_default():
+    """Tests search by words alone (the embedder off), in this process and in every process a
+    test starts: loading the default embedder's weights takes seconds in each server process,
+    and a ranking test should not change with it. Tests of memory found by meaning turn it on
+    (the `embedder_on` fixture)."""
+    import embedder
+
+    os.environ["ETHAN_EMBEDDER"] = "off"
+    embedder.configure(embedder="off")
+    yield
+
+
+@pytest.fixture
+def embedder_on(settings):
+    """The default embedder on, with its real weights (loaded once per test process, about
+    2.5 s), for this test; off again afterwards."""
+    import embedder
+
+    settings.ETHAN_EMBEDDER = "default"
+    embedder.configure(embedder="default")
+    embedder.preload()
+    yield
+    embedder.configure(embedder="off")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_throttle_counts():
     """The throttles count in a shared cache (files under ETHAN_HOME, or Redis): each test
@@ -73,8 +99,9 @@ def make_session():
     return make
 
 
-def clean_env(home: Path, **extra: str) -> dict[str, str]:
-    """An environment for a child process on an embedded home of its own."""
+def clean_env(home: Path, **extra: str | None) -> dict[str, str]:
+    """An environment for a child process on an embedded home of its own; an `extra` of None
+    removes that variable (ETHAN_EMBEDDER=None: the product's default embedder)."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -90,7 +117,9 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
         }
     }
     env["ETHAN_HOME"] = str(home)
-    env.update(extra)
+    env.update((key, value) for key, value in extra.items() if value is not None)
+    for key in [key for key, value in extra.items() if value is None]:
+        env.pop(key, None)
     return env
 
 

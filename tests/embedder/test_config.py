@@ -64,10 +64,10 @@ SHOW = "import embedder; print(embedder.embedder_name())"
 
 def test_the_setting_comes_from_config_yaml_then_the_environment(tmp_path):
     """End to end through Django's settings, as the server and the console read them."""
-    shown = run_manage(["shell", "-v", "0", "-c", SHOW], tmp_path)
+    shown = run_manage(["shell", "-v", "0", "-c", SHOW], tmp_path, ETHAN_EMBEDDER=None)
     assert shown.stdout.strip() == "use-multilingual-v3", shown.stderr
     write_config(tmp_path, "embedder: openai:text-embedding-3-small\n")
-    shown = run_manage(["shell", "-v", "0", "-c", SHOW], tmp_path)
+    shown = run_manage(["shell", "-v", "0", "-c", SHOW], tmp_path, ETHAN_EMBEDDER=None)
     assert shown.stdout.strip() == "openai:text-embedding-3-small", shown.stderr
     shown = run_manage(["shell", "-v", "0", "-c", SHOW], tmp_path, ETHAN_EMBEDDER="off")
     assert shown.stdout.strip() == "None", shown.stderr

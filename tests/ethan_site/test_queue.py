@@ -75,6 +75,8 @@ TASK_NAMES = {
     "memory.evict_sweep",
     "memory.import_learn_next",
     "memory.import_upload",
+    "memory.vectors_catch_up",
+    "memory.vectors_write",
     "sessions.cleanup_empty",
     "sessions.close_idle",
     "sessions.end_write",

@@ -14,6 +14,7 @@ def test_periodic_tasks_are_declared_by_migrate_and_idempotent():
         "sessions: close idle sessions": "sessions.close_idle",
         "memory: eviction sweep": "memory.evict_sweep",
         "memory: catch up consolidation": "memory.catch_up",
+        "memory: catch up vectors": "memory.vectors_catch_up",
         "lark: answer events left behind": "channels.lark_reclaim",
         "oauth: clear expired tokens": "oauth.clear_expired",
     }

@@ -1,0 +1,169 @@
+"""Writing the vectors memory search compares (sessions_app.meaning), in the background.
+
+Each layer app embeds its own rows (sessions_app.services.messages_embed, memory_app's
+facts_embed, episodes_app's episodes_embed); this module says when, for all three:
+
+- after every turn, on the memory queue (in-process when embedded, after the reply): the
+  session's new messages, and the owner's facts and episodes that have no vector yet (the
+  facts the turn's tools or the consolidation before it wrote, an episode a closed session
+  left);
+- after an import, and when a pass found more than one batch: the owner's whole pending
+  history, a batch per task, each task queueing the next;
+- periodically (memory.vectors_catch_up): what a failed task or a broker outage left behind in
+  recently active sessions;
+- on demand, for existing data or a changed embedder: `ethan embed` (management command
+  ethan_embed, resumable, with a progress bar).
+
+A vector is never written on a turn's path: the only embedding a turn does is its query's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+
+from embedder import embedder_name
+from episodes_app.models import Episode
+from episodes_app.services import episodes_embed
+from ethan_site.queue import enqueue, ethan_task
+from memory_app.models import Fact
+from memory_app.services import facts_embed
+from sessions_app import meaning
+from sessions_app.models import ChatSession, Message
+from sessions_app.search import SPOKEN
+from sessions_app.services import EMBED_BATCH, messages_embed
+
+log = logging.getLogger(__name__)
+
+# Messages one background task embeds at most before it queues the next (about a second with
+# the default embedder): a long import never holds a worker for minutes in one task.
+TASK_BUDGET = 2048
+# The sessions memory.vectors_catch_up looks at: those active in this window.
+CATCH_UP_WINDOW = timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class Written:
+    messages: int = 0
+    facts: int = 0
+    episodes: int = 0
+    # More pending than one pass takes: the task has queued the next.
+    more: bool = False
+
+
+@ethan_task(name="memory.vectors_write")
+def vectors_write_task(owner_id: int, session_id: str | None = None) -> dict:
+    written = vectors_write(owner_id=owner_id, session_id=session_id)
+    return {"messages": written.messages, "facts": written.facts, "episodes": written.episodes}
+
+
+@ethan_task(name="memory.vectors_catch_up")
+def vectors_catch_up_task() -> int:
+    """Periodic (ethan_site.schedule): vectors left unwritten in recently active sessions."""
+    return vectors_catch_up()
+
+
+def vectors_after_turn(*, owner_id: int, session_id: str) -> None:
+    """Queue the vectors of a turn (after it commits), unless the embedder is off."""
+    if embedder_name() is not None:
+        enqueue(vectors_write_task, owner_id, session_id)
+
+
+def vectors_for_owner(*, owner_id: int) -> None:
+    """Queue the vectors of the owner's whole pending history (after an import)."""
+    if embedder_name() is not None:
+        enqueue(vectors_write_task, owner_id, None)
+
+
+def vectors_write(*, owner_id: int, session_id: str | None = None) -> Written:
+    """One pass: the session's pending messages (or, with no session, the owner's pending
+    history, TASK_BUDGET messages at most), then the owner's pending facts and episodes. When
+    more is pending than a pass takes, the next pass is queued."""
+    if embedder_name() is None:
+        return Written()
+    messages = 0
+    if session_id is not None:
+        messages = messages_embed(session_id=session_id)
+        more = messages >= EMBED_BATCH
+    else:
+        more = False
+        for pending in _sessions_pending(owner_id=owner_id):
+            while messages < TASK_BUDGET:
+                step = messages_embed(session_id=pending)
+                messages += step
+                if step < EMBED_BATCH:
+                    break
+            if messages >= TASK_BUDGET:
+                more = True
+                break
+    facts = facts_embed(owner_id=owner_id)
+    episodes = episodes_embed(owner_id=owner_id)
+    more = more or facts >= EMBED_BATCH or episodes >= EMBED_BATCH
+    if more:
+        enqueue(vectors_write_task, owner_id, session_id)
+    return Written(messages=messages, facts=facts, episodes=episodes, more=more)
+
+
+def _sessions_pending(*, owner_id: int) -> Iterator[str]:
+    """The owner's sessions with a spoken message that has no vector of the configured
+    embedder, oldest first."""
+    name = embedder_name()
+    rows = Message.objects.filter(session__owner_id=owner_id, role__in=SPOKEN).exclude(content="")
+    ids = meaning.pending(rows, name).values_list("session_id", flat=True).distinct()
+    yield from sorted(set(ids))
+
+
+def vectors_catch_up() -> int:
+    """Write what is pending in the sessions active within CATCH_UP_WINDOW, and their owners'
+    facts and episodes; returns how many rows were written."""
+    name = embedder_name()
+    if name is None:
+        return 0
+    since = timezone.now() - CATCH_UP_WINDOW
+    recent = ChatSession.objects.filter(updated_at__gte=since)
+    sessions = (
+        meaning.pending(Message.objects.filter(session__in=recent, role__in=SPOKEN), name)
+        .exclude(content="")
+        .values_list("session_id", "session__owner_id")
+        .distinct()
+    )
+    written = 0
+    owners = set()
+    for session_id, owner_id in sessions:
+        written += messages_embed(session_id=session_id)
+        owners.add(owner_id)
+    for model in (Fact, Episode):
+        pending = meaning.pending(model.objects.all(), name)
+        owners |= set(pending.values_list("owner_id", flat=True).distinct()[:100])
+    for owner_id in owners:
+        written += facts_embed(owner_id=owner_id) + episodes_embed(owner_id=owner_id)
+    if written:
+        log.info("vectors catch-up wrote %d vectors", written)
+    return written
+
+
+def vectors_write_all(*, owner_id: int) -> Written:
+    """Every pending vector of the owner written now, in this thread (an evaluation, a test):
+    what the background's passes reach one batch at a time."""
+    total = Written()
+    while True:
+        messages = 0
+        for pending in _sessions_pending(owner_id=owner_id):
+            while step := messages_embed(session_id=pending):
+                messages += step
+        facts = episodes = 0
+        while step := facts_embed(owner_id=owner_id):
+            facts += step
+        while step := episodes_embed(owner_id=owner_id):
+            episodes += step
+        total = Written(
+            messages=total.messages + messages,
+            facts=total.facts + facts,
+            episodes=total.episodes + episodes,
+        )
+        if not (messages or facts or episodes):
+            return total

@@ -1,0 +1,264 @@
+"""The other half of the one search engine: memory found by meaning (embedder/), fused with BM25
+(sessions_app.search).
+
+Each searchable row (a message, a fact, an episode) keeps a vector beside it: `embedding`, an
+int8 blob (embedder.to_blob), and `embedding_model`, the name of the embedder that wrote it.
+They are written in the background after the turn commits (agent_app.vectors), never on a
+turn's path; a row with no vector yet, or one of another embedder, is found by its words alone
+until the background reaches it. Vectors of different embedders are never compared: a scan
+reads only the rows of the configured embedder's name.
+
+A search then:
+1. computes its query's vector once (query_vector: remembered per thread, so the turn's
+   injection of facts and episodes and a memory_search of the same words share one);
+2. scans the owner's vectors in numpy, chunk by chunk, newest first, at most TUNING.scan_cap of
+   them (nearest: memory and time stay bounded at any history size);
+3. fuses the two rankings over the union of their candidates (fuse):
+
+       fused(d) = (1 - w) * bm25(d) / best bm25  +  w * meaning(d)
+       meaning(d) = clip((cos(d) - median cos) / (best cos - median cos), 0, 1)
+
+   with w = TUNING.weight. Cosines are normalised against the owner's own spread (the median
+   and the best of the scanned rows), because an embedder's raw cosines are small and shift
+   from one question to another (the default's paraphrases score 0.07 against 0.01 for
+   unrelated text): only their order within one owner's rows says something.
+
+With the embedder off every search is BM25 alone, exactly as before (fuse is not called).
+docs/search.md has the numbers behind TUNING.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.db.models import Q, QuerySet
+
+import embedder
+from sessions_app.search import Ranked
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The fusion's weights, chosen on LoCoMo's half A only (bench/locomo_recall.py --tune
+    --embedder) and reported on half B."""
+
+    # The share of the fused score that comes from meaning.
+    weight: float = 0.5
+    # A message's vector is its own text's plus its neighbours' (the spoken turns before and
+    # after it), each counting this much: as BM25 indexes it (search.with_context).
+    context_weight: float = 0.5
+    # The embedder's own candidates added to BM25's, per search: its top `candidates` rows.
+    candidates: int = 50
+    # The newest vectors of one owner and kind a search compares at most: a bound on its time
+    # and memory whatever the history's size (older rows are still found by their words).
+    scan_cap: int = 200_000
+
+
+TUNING = Tuning()
+# Vectors read and compared at once: a chunk's float32 copy is CHUNK * dim * 4 bytes (4 MB at
+# the default's 512 dimensions), whatever the number of rows scanned.
+CHUNK = 2048
+# Query vectors a thread remembers (the latest ones): a turn's injection and its tools ask for
+# the same few texts.
+REMEMBERED = 16
+
+_local = threading.local()
+
+
+def enabled() -> bool:
+    return embedder.embedder_name() is not None
+
+
+def query_vector(text: str) -> tuple[str, np.ndarray] | None:
+    """(embedder name, the vector of `text` as a search's query), or None when the embedder is
+    off or the text is blank. Computed once per thread for the latest REMEMBERED texts: the
+    turn's injection (facts, episodes) and a tool searching the same words share one."""
+    name = embedder.embedder_name()
+    if name is None or not text.strip():
+        return None
+    remembered: OrderedDict = _local.__dict__.setdefault("queries", OrderedDict())
+    key = (name, text)
+    if key in remembered:
+        remembered.move_to_end(key)
+        return name, remembered[key]
+    found = embedder.embed([text], kind="query")
+    if found is None:
+        return None
+    remembered[key] = found.vectors[0]
+    while len(remembered) > REMEMBERED:
+        remembered.popitem(last=False)
+    return name, found.vectors[0]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The cosines of the scanned rows with the query: `ids` and `cosines` aligned, plus the
+    normalisation of fuse (the median and the best cosine)."""
+
+    ids: np.ndarray
+    cosines: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        return len(self.ids) == 0
+
+    def normalised(self) -> dict[Any, float]:
+        """meaning(d) of every scanned row, by id."""
+        if self.empty:
+            return {}
+        floor = float(np.median(self.cosines))
+        top = float(self.cosines.max())
+        span = top - floor
+        if span <= 1e-9:
+            return {}
+        values = np.clip((self.cosines - floor) / span, 0.0, 1.0)
+        return dict(zip(self.ids.tolist(), values.tolist(), strict=True))
+
+    def best(self, count: int) -> list[Any]:
+        """The ids of the `count` nearest rows, nearest first."""
+        if self.empty or count <= 0:
+            return []
+        count = min(count, len(self.ids))
+        top = np.argpartition(-self.cosines, count - 1)[:count]
+        top = top[np.argsort(-self.cosines[top], kind="stable")]
+        return self.ids[top].tolist()
+
+
+def nearest(rows: QuerySet, query: tuple[str, np.ndarray], *, cap: int | None = None) -> Scan:
+    """The cosines of `rows`' vectors (those of the query's embedder) with the query's, the
+    newest TUNING.scan_cap at most, read CHUNK at a time."""
+    name, vector = query
+    cap = TUNING.scan_cap if cap is None else cap
+    stored = (
+        rows.filter(embedding_model=name)
+        .order_by("-pk")
+        .values_list("pk", "embedding")[:cap]
+        .iterator(chunk_size=CHUNK)
+    )
+    ids: list[Any] = []
+    parts: list[np.ndarray] = []
+    dim = len(vector)
+    size = embedder.blob_size(dim)
+    batch_ids: list[Any] = []
+    batch: list[bytes] = []
+
+    def flush() -> None:
+        parts.append(embedder.similarities(vector, embedder.from_blobs(batch, dim)))
+        ids.extend(batch_ids)
+        batch_ids.clear()
+        batch.clear()
+
+    for pk, blob in stored:
+        blob = bytes(blob)
+        if len(blob) != size:  # written with another dimension under the same name: skip
+            continue
+        batch_ids.append(pk)
+        batch.append(blob)
+        if len(batch) >= CHUNK:
+            flush()
+    if batch:
+        flush()
+    cosines = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    return Scan(ids=np.asarray(ids), cosines=cosines)
+
+
+@dataclass(frozen=True)
+class Fused:
+    key: Hashable
+    score: float
+
+
+def fuse(
+    lexical: Sequence[tuple[Hashable, float]],
+    scan: Scan,
+    *,
+    weight: float | None = None,
+    candidates: int | None = None,
+) -> list[Fused]:
+    """BM25's ranking (key, score), best first, fused with the scan's over the union of BM25's
+    candidates and the scan's best `candidates`: the weighted sum of the module's docstring,
+    best first (ties keep BM25's order, then the scan's)."""
+    weight = TUNING.weight if weight is None else weight
+    candidates = TUNING.candidates if candidates is None else candidates
+    meaning = scan.normalised()
+    best = lexical[0][1] if lexical else 0.0
+    scores: dict[Hashable, float] = {}
+    for key, score in lexical:
+        words = score / best if best > 0 else 0.0
+        scores[key] = (1 - weight) * words + weight * meaning.get(key, 0.0)
+    for key in scan.best(candidates):
+        if key not in scores:
+            scores[key] = weight * meaning.get(key, 0.0)
+    fused = [Fused(key, score) for key, score in scores.items()]
+    fused.sort(key=lambda item: -item.score)  # stable: BM25's order, then the scan's
+    return fused
+
+
+def fused_rows(ranked: list, scan: Scan, rows: QuerySet, *, limit: int) -> list:
+    """BM25's Ranked model instances fused with the scan's (fuse), as Ranked instances again,
+    best first; the scan's own candidates among the best `limit` are read from `rows`."""
+    fused = fuse([(r.item.pk, r.score) for r in ranked], scan)[: max(limit, 1) * 2]
+    items = {r.item.pk: r.item for r in ranked}
+    missing = [item.key for item in fused if item.key not in items]
+    if missing:
+        items.update(rows.in_bulk(missing))
+    return [Ranked(item=items[item.key], score=item.score) for item in fused if item.key in items]
+
+
+# --- writing vectors (the background: agent_app.vectors) -----------------------------------
+
+
+def vectors_of(texts: Sequence[str]) -> tuple[str, np.ndarray] | None:
+    """(embedder name, one document vector per text), None when the embedder is off."""
+    found = embedder.embed(list(texts), kind="document")
+    if found is None:
+        return None
+    return found.model, found.vectors
+
+
+def combined(own: np.ndarray, neighbours: Iterable[np.ndarray]) -> np.ndarray:
+    """A message's vector: its own text's plus its neighbours', each TUNING.context_weight, as
+    one unit vector."""
+    total = np.array(own, dtype=np.float32)
+    for vector in neighbours:
+        total = total + TUNING.context_weight * vector
+    return embedder.normalise(total)
+
+
+def rows_write(
+    model: type,
+    vectors: dict[Any, np.ndarray],
+    name: str,
+    *,
+    unchanged: dict[Any, dict[str, Any]] | None = None,
+) -> int:
+    """Store `vectors` (pk -> vector) on `model`'s rows with the embedder's name. With
+    `unchanged` (pk -> the field values the text was read with) a row is written only if they
+    still hold: a fact edited while its old words were being embedded keeps no stale vector
+    (the edit cleared it; the next pass embeds the new words). Rows whose text never changes
+    (messages) go in one bulk update. Returns how many rows were written."""
+    if not vectors:
+        return 0
+    if unchanged is None:
+        present = list(model.objects.filter(pk__in=list(vectors)).only("pk"))
+        for row in present:
+            row.embedding = embedder.to_blob(vectors[row.pk])
+            row.embedding_model = name
+        model.objects.bulk_update(present, ["embedding", "embedding_model"], batch_size=500)
+        return len(present)
+    written = 0
+    for pk, vector in vectors.items():
+        written += model.objects.filter(pk=pk, **unchanged.get(pk, {})).update(
+            embedding=embedder.to_blob(vector), embedding_model=name
+        )
+    return written
+
+
+def pending(rows: QuerySet, name: str) -> QuerySet:
+    """The rows of `rows` with no vector of the embedder `name` (none yet, or another's)."""
+    return rows.filter(Q(embedding_model__isnull=True) | ~Q(embedding_model=name))
