@@ -25,6 +25,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
 
+import embedder
 import llm
 from agent_app.lifecycle import session_finish, sessions_finish_pending
 from agent_app.turn import (
@@ -263,6 +264,7 @@ class Console:
             # it exited): no worker or sweep runs here, so it is done now.
             self.say(REMEMBERING_EARLIER)
         model = self.model
+        embedder.preload_in_background()  # loaded while the person types the first message
         self._end_on_hang_up()
         if not self.session.is_persisted:
             self.say(f"Ethan ({model}): new session {self.session.id}. /help for commands.")

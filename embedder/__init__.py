@@ -10,7 +10,7 @@ models are never compared.
 Plain Python: nothing here imports Django. docs/embeddings.md says how to configure it.
 """
 
-from embedder.client import embed, embedder_name, preload
+from embedder.client import embed, embedder_name, preload, preload_in_background
 from embedder.config import EmbedderSettings, configure, current, parse
 from embedder.types import Embeddings, Kind
 from embedder.vectors import (
@@ -38,6 +38,7 @@ __all__ = [
     "normalise",
     "parse",
     "preload",
+    "preload_in_background",
     "similarities",
     "to_blob",
 ]

@@ -3,6 +3,8 @@ embedder, batched and retried with llm's one retry policy."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -20,6 +22,8 @@ from llm.routing import GEMINI, OPENAI
 # Characters of one text sent to a provider; the rest is cut (gemini-embedding-001 reads 2,048
 # tokens at most, OpenAI's 8,192; a Chinese character can be a token or two).
 PROVIDER_MAX_CHARS = 2000
+
+log = logging.getLogger(__name__)
 
 _CALLS: dict[str, Callable[[Choice, Sequence[str], Kind], np.ndarray]] = {
     OPENAI: providers.embed_openai,
@@ -65,6 +69,21 @@ def preload() -> str | None:
         return None
     local.load()
     return choice.name
+
+
+def preload_in_background() -> None:
+    """preload() in a thread of its own, for a server or the console starting: the first turn
+    then finds the weights loaded (or waits for the rest of the load, under local's lock,
+    instead of all of it), and nothing waits for them at start. A failure is logged; the
+    first use tries again."""
+
+    def load() -> None:
+        try:
+            preload()
+        except Exception as exc:  # never take the process down for an optional warm-up
+            log.warning("the embedder was not loaded ahead of the first search: %s", exc)
+
+    threading.Thread(target=load, name="embedder-preload", daemon=True).start()
 
 
 def _from_provider(choice: Choice, texts: list[str], kind: Kind) -> Embeddings:

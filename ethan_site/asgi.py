@@ -101,6 +101,7 @@ class DjangoHandler(ASGIHandler):
 
 django_application = DjangoHandler()
 
+import embedder  # noqa: E402
 import llm  # noqa: E402
 from channels.mcp_server.server import http_app  # noqa: E402
 from channels.turns import TURNS  # noqa: E402
@@ -180,6 +181,8 @@ class Doors:
                 # Before the first request: what a process's first turn would load otherwise
                 # (the model's SDK, jieba's dictionary), over a second, in each process.
                 await asyncio.to_thread(_preload)
+                # The embedder's weights (seconds, 150 MB) load beside the first requests.
+                embedder.preload_in_background()
                 _serving_gc(True)
                 _threads_keep_connections(True)
                 TURNS.admitting()

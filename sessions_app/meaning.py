@@ -44,14 +44,17 @@ from sessions_app.search import Ranked
 
 @dataclass(frozen=True)
 class Tuning:
-    """The fusion's weights, chosen on LoCoMo's half A only (bench/locomo_recall.py --tune
-    --embedder) and reported on half B."""
+    """The fusion's weights, chosen together on LoCoMo's half A only (bench/meaning_recall.py,
+    recall@10 of the dialogue) and reported on half B and on single-speaker logs
+    (docs/search.md, "Memory found by meaning")."""
 
-    # The share of the fused score that comes from meaning.
-    weight: float = 0.5
+    # The share of the fused score that comes from meaning (A chose 0.3 of 0.2-0.8; past 0.5
+    # recall falls on every shape).
+    weight: float = 0.3
     # A message's vector is its own text's plus its neighbours' (the spoken turns before and
-    # after it), each counting this much: as BM25 indexes it (search.with_context).
-    context_weight: float = 0.5
+    # after it), each counting this much, as BM25 indexes it (search.with_context). A chose 1.0
+    # of 0, 0.5 and 1.0; single-speaker logs would have chosen 0 (docs/search.md).
+    context_weight: float = 1.0
     # The embedder's own candidates added to BM25's, per search: its top `candidates` rows.
     candidates: int = 50
     # The newest vectors of one owner and kind a search compares at most: a bound on its time

@@ -73,8 +73,12 @@ def test_a_paraphrase_is_found_by_meaning_with_no_word_in_common(
     _said(make_session, owner, lines)
     target_words = set(query_terms(target))
     assert not set(query_terms(question)) & target_words  # no word in common
-    hits = memory_search(owner=owner, query=question, scope="messages", limit=3)
-    assert _contents(hits)[0] == target
+    hits = _contents(memory_search(owner=owner, query=question, scope="messages", limit=8))
+    # The target before every other statement; the replies ("OK.") around it may come first,
+    # since a message's vector carries its neighbours' (as BM25 indexes it).
+    statements = [text for text in hits if text in lines]
+    assert statements[0] == target
+    assert hits.index(target) <= 2
 
 
 def test_with_the_embedder_off_search_is_bm25_alone(make_session, owner):
@@ -143,8 +147,8 @@ def test_vectors_of_another_embedder_are_never_compared(embedder_on, make_sessio
     assert scan.empty
     # The next pass writes them again under the configured embedder's name.
     vectors_write(owner_id=owner.pk, session_id=session.pk)
-    hits = memory_search(owner=owner, query="what are her hobbies", scope="messages", limit=1)
-    assert _contents(hits) == [ENGLISH[1]]
+    hits = memory_search(owner=owner, query="what are her hobbies", scope="messages", limit=2)
+    assert ENGLISH[1] in _contents(hits)
 
 
 def test_a_fact_found_by_meaning_is_injected_first(embedder_on, owner):

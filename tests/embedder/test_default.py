@@ -26,7 +26,7 @@ def _words(text: str) -> set[str]:
 def test_default_vectors_are_normalised_float32_rows_in_order(default_embedder):
     texts = ["I like tea.", "我喜欢喝茶。", "", "The weather is cold today."]
     result = default_embedder(texts)
-    assert result.model == "use-multilingual-v3" == embedder.embedder_name()
+    assert result.model == "use-multilingual-v3" == embedder.parse("default").name
     assert result.dim == 512 and len(result) == 4
     assert result.vectors.dtype == np.float32 and result.vectors.shape == (4, 512)
     assert np.allclose(np.linalg.norm(result.vectors, axis=1), 1.0, atol=1e-5)
