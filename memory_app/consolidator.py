@@ -29,11 +29,12 @@ from llm.offline import fact_slot
 from llm.text import dated, terms
 from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
-from memory_app import services
+from memory_app import selectors, services
 from memory_app.models import Fact, Summary, WorkingState
 from memory_app.normalize import content_key
 from memory_app.working import MemoryConfig, memory_config, sessions_consolidation_due
 from profile_app.services import profile_apply_extraction
+from sessions_app import meaning
 from sessions_app.models import ChatSession, Message
 from sessions_app.rounds import rounds_rows
 
@@ -291,6 +292,16 @@ def _apply_fact(
             fact=target, content=item.content, confidence=confidence, actor=actor, sources=sources
         )
         return "update"
+    vector = meaning.vectors_of([item.content]) if action == "ADD" else None
+    if vector is not None:
+        # The same fact in other words ("lives in Lisbon", "home is in Lisbon") reinforces the
+        # one already held, as the same words do (normalize.same_in_other_words).
+        twin = selectors.fact_twin(
+            owner=owner, content=item.content, vector=(vector[0], vector[1][0])
+        )
+        if twin is not None:
+            services.fact_reinforce(fact=twin, confidence=confidence, actor=actor, sources=sources)
+            return "reinforce"
     new = services.fact_write(
         owner=owner,
         content=item.content,
@@ -300,6 +311,9 @@ def _apply_fact(
         session=session,
         sources=sources,
     )
+    if vector is not None and new.embedding_model is None:
+        # Its vector is at hand: stored now, so the next fact of this batch can find it.
+        services.fact_vector_store(fact=new, vector=vector)
     if action == "SUPERSEDE" and target is not None and new.pk != target.pk:
         services.fact_supersede(old=target, new=new, actor=actor)
         return "supersede"

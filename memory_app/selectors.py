@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connections
@@ -13,7 +14,7 @@ from django.db.models.expressions import RawSQL
 
 from memory_app import confidence
 from memory_app.models import Fact, Procedure
-from memory_app.normalize import content_key
+from memory_app.normalize import content_key, same_in_other_words
 from sessions_app import meaning, search
 from sessions_app.search import (
     CANDIDATE_CAP,
@@ -32,6 +33,8 @@ RELEVANCE_WEIGHT = 1.0
 # trusted first: only the top 15 are injected, and a word found in thousands of facts says
 # little about any of them.
 INJECTION_CANDIDATES = 200
+# The nearest facts a new one is compared with for a twin (fact_twin).
+TWINS_LOOKED_AT = 3
 
 
 def facts_for_owner(*, owner: AbstractBaseUser) -> QuerySet[Fact]:
@@ -209,6 +212,22 @@ class _RankedRows:
             fetched = [row[: self.compiler.col_count] for row in fetched]
         # The ORM's own conversion of what the database returned (dates, decimals, JSON).
         return list(self.compiler.results_iter(results=[fetched], tuple_expected=True))
+
+
+def fact_twin(
+    *, owner: AbstractBaseUser, content: str, vector: tuple[str, np.ndarray]
+) -> Fact | None:
+    """The owner's active fact that says `content` in other words, found by `vector` (the
+    content's, as (embedder name, vector)) among the facts' stored vectors and confirmed by
+    normalize.same_in_other_words; None when none is near enough."""
+    scan = meaning.nearest(facts_for_owner(owner=owner).filter(status=Fact.Status.ACTIVE), vector)
+    cosines = dict(zip(scan.ids.tolist(), scan.cosines.tolist(), strict=True))
+    nearest = scan.best(TWINS_LOOKED_AT)
+    found = facts_for_owner(owner=owner).in_bulk(nearest)
+    for pk in nearest:
+        if pk in found and same_in_other_words(content, found[pk].content, cosines[pk]):
+            return found[pk]
+    return None
 
 
 def facts_search(

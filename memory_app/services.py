@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
+import numpy as np
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -74,6 +75,16 @@ def facts_embed(*, owner_id: int, limit: int = 256) -> int:
         name,
         unchanged={pk: {"content": content} for pk, content in rows},
     )
+
+
+def fact_vector_store(*, fact: Fact, vector: tuple[str, np.ndarray]) -> None:
+    """Store a fact's vector computed elsewhere ((embedder name, one-row matrix)), unless its
+    words changed since (meaning.rows_write)."""
+    name, vectors = vector
+    meaning.rows_write(
+        Fact, {fact.pk: vectors[0]}, name, unchanged={fact.pk: {"content": fact.content}}
+    )
+    fact.embedding_model = name
 
 
 def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:
