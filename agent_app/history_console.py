@@ -21,6 +21,8 @@ from agent_app.history_import import (
     imports_learn_start,
     learning_estimate,
 )
+from agent_app.vectors import vectors_for_owner, vectors_write_all
+from embedder import embedder_name
 from sessions_app.imports.export import ExportError
 from sessions_app.imports.services import export_check
 
@@ -83,6 +85,7 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
             command.stdout.write(
                 f"note: {title!r} changed since it was imported; kept as first imported"
             )
+        _embed(command, owner)
     if options["no_learn"]:
         command.stdout.write("not learning from them now (--no-learn): `ethan import --learn`")
         return
@@ -97,3 +100,16 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
     with progress_bar(command.stderr._out, "learning") as progress:
         learnt = imports_learn(owner=owner, progress=progress)
     command.stdout.write(f"learnt from {learnt} conversations")
+
+
+def _embed(command: BaseCommand, owner: Any) -> None:
+    """The imported messages' vectors (search by meaning): written here under a progress bar
+    when embedded, queued on the memory queue with a broker; nothing with the embedder off."""
+    if embedder_name() is None:
+        return
+    if not settings.ETHAN_EMBEDDED:
+        vectors_for_owner(owner_id=owner.pk)
+        return
+    with progress_bar(command.stderr._out, "embedding") as progress:
+        written = vectors_write_all(owner_id=owner.pk, progress=progress)
+    command.stdout.write(f"embedded {written.messages} messages for search by meaning")

@@ -20,7 +20,7 @@ A vector is never written on a turn's path: the only embedding a turn does is it
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -108,12 +108,16 @@ def vectors_write(*, owner_id: int, session_id: str | None = None) -> Written:
     return Written(messages=messages, facts=facts, episodes=episodes, more=more)
 
 
+def _messages_pending(*, owner_id: int):
+    """The owner's spoken messages with no vector of the configured embedder."""
+    rows = Message.objects.filter(session__owner_id=owner_id, role__in=SPOKEN).exclude(content="")
+    return meaning.pending(rows, embedder_name())
+
+
 def _sessions_pending(*, owner_id: int) -> Iterator[str]:
     """The owner's sessions with a spoken message that has no vector of the configured
     embedder, oldest first."""
-    name = embedder_name()
-    rows = Message.objects.filter(session__owner_id=owner_id, role__in=SPOKEN).exclude(content="")
-    ids = meaning.pending(rows, name).values_list("session_id", flat=True).distinct()
+    ids = _messages_pending(owner_id=owner_id).values_list("session_id", flat=True).distinct()
     yield from sorted(set(ids))
 
 
@@ -146,15 +150,21 @@ def vectors_catch_up() -> int:
     return written
 
 
-def vectors_write_all(*, owner_id: int) -> Written:
-    """Every pending vector of the owner written now, in this thread (an evaluation, a test):
-    what the background's passes reach one batch at a time."""
+def vectors_write_all(
+    *, owner_id: int, progress: Callable[[int, int], None] | None = None
+) -> Written:
+    """Every pending vector of the owner written now, in this thread (`ethan import` when
+    embedded, an evaluation, a test): what the background's passes reach one batch at a time.
+    `progress(done, total)` follows the messages."""
     total = Written()
     while True:
         messages = 0
+        count = _messages_pending(owner_id=owner_id).count() if progress else 0
         for pending in _sessions_pending(owner_id=owner_id):
             while step := messages_embed(session_id=pending):
                 messages += step
+                if progress:
+                    progress(min(messages, count), count)
         facts = episodes = 0
         while step := facts_embed(owner_id=owner_id):
             facts += step

@@ -139,3 +139,22 @@ def test_a_dry_run_reads_the_whole_export_and_writes_nothing(tmp_path):
         "written\n"
     )
     assert rows(home, "SELECT count(*) FROM sessions_app_chatsession") == [(0,)]
+
+
+def test_an_import_writes_its_vectors_when_the_embedder_is_on(tmp_path):
+    """Embedded, `ethan import` embeds what it imported (search by meaning) before learning;
+    nothing is embedded with the embedder off (the other tests here)."""
+    home = tmp_path / "home"
+    chats = [ChatGPT("c-1", "Hobbies").exchange(("I play Zelda on weekends", "Fun!"))]
+    export = write_zip(tmp_path / "chatgpt-export.zip", [chat.export() for chat in chats])
+    ran = run_ethan(
+        ["import", "--from", "chatgpt", str(export), "--user", "ada"],
+        home,
+        ETHAN_MODEL="offline",
+        ETHAN_EMBEDDER="default",
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "embedded 2 messages for search by meaning" in ran.stdout.splitlines()
+    assert rows(home, "SELECT DISTINCT embedding_model FROM sessions_app_message") == [
+        ("use-multilingual-v3",)
+    ]
