@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -160,6 +161,7 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
             extract_from=said.turns_through(extracted) + 1,
         )
         text, extraction = result.summary, result.extraction
+    vectors = fact_vectors(extraction)
     # Durable, as every cursor move: another worker must see the cursor once this returns.
     with transaction.atomic(durable=True):
         claims = WorkingState.objects.filter(session=session, compressed_through=start)
@@ -177,7 +179,11 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
             session=session, first_round=start + 1, last_round=end, text=text, model=model
         )
         if extraction is not None:
-            _store_extraction(session, extraction, said=said.rows, known=known, report=report)
+            _store_extraction(
+                session, extraction, said=said.rows, known=known, report=report, vectors=vectors
+            )
+    if extraction is not None:
+        facts_embed_new(owner_id=session.owner_id)
     report.summaries += 1
     return True
 
@@ -252,6 +258,7 @@ def apply_fact(
     action: str,
     target: Fact | None,
     sources: list[Message] | None = None,
+    vector: tuple[str, np.ndarray] | None = None,
 ) -> str:
     """Write one extracted fact as `action` says, with the messages it came from; returns what
     happened ("skip" for a fact the services refuse, e.g. longer than FACT_MAX_CHARS: the rest
@@ -259,7 +266,12 @@ def apply_fact(
     forever)."""
     try:
         return _apply_fact(
-            session=session, item=item, action=action, target=target, sources=sources or []
+            session=session,
+            item=item,
+            action=action,
+            target=target,
+            sources=sources or [],
+            vector=vector,
         )
     except ValidationError as exc:
         log.warning("%s: extracted fact skipped: %s", session.pk, " ".join(exc.messages))
@@ -273,6 +285,7 @@ def _apply_fact(
     action: str,
     target: Fact | None,
     sources: list[Message],
+    vector: tuple[str, np.ndarray] | None,
 ) -> str:
     owner = session.owner
     said = [message.content for message in sources if message.role == Message.Role.USER]
@@ -292,13 +305,10 @@ def _apply_fact(
             fact=target, content=item.content, confidence=confidence, actor=actor, sources=sources
         )
         return "update"
-    vector = meaning.vectors_of([item.content]) if action == "ADD" else None
-    if vector is not None:
+    if action == "ADD" and vector is not None:
         # The same fact in other words ("lives in Lisbon", "home is in Lisbon") reinforces the
         # one already held, as the same words do (normalize.same_in_other_words).
-        twin = selectors.fact_twin(
-            owner=owner, content=item.content, vector=(vector[0], vector[1][0])
-        )
+        twin = selectors.fact_twin(owner=owner, content=item.content, vector=vector)
         if twin is not None:
             services.fact_reinforce(fact=twin, confidence=confidence, actor=actor, sources=sources)
             return "reinforce"
@@ -311,9 +321,6 @@ def _apply_fact(
         session=session,
         sources=sources,
     )
-    if vector is not None and new.embedding_model is None:
-        # Its vector is at hand: stored now, so the next fact of this batch can find it.
-        services.fact_vector_store(fact=new, vector=vector)
     if action == "SUPERSEDE" and target is not None and new.pk != target.pk:
         services.fact_supersede(old=target, new=new, actor=actor)
         return "supersede"
@@ -385,6 +392,7 @@ def _claim_extraction(
 ) -> bool:
     """Move extracted_through from start to end and store the extraction in one transaction
     (with `then`, e.g. the session's episode); nothing if another worker moved it first."""
+    vectors = fact_vectors(extraction)
     with transaction.atomic(durable=True):
         claimed = WorkingState.objects.filter(session=session, extracted_through=start).update(
             extracted_through=end, updated_at=timezone.now()
@@ -394,9 +402,18 @@ def _claim_extraction(
                 "%s: rounds %d-%d were extracted by another worker", session.pk, start + 1, end
             )
             return True
-        _store_extraction(session, extraction, said=said, known=known, report=report, offset=offset)
+        _store_extraction(
+            session,
+            extraction,
+            said=said,
+            known=known,
+            report=report,
+            offset=offset,
+            vectors=vectors,
+        )
         if then is not None:
             then()
+    facts_embed_new(owner_id=session.owner_id)
     return True
 
 
@@ -494,6 +511,7 @@ def consolidation_finish_sessions(
         known=[fact.content for fact in known],
     )
     finished = []
+    vectors = fact_vectors(result.extraction)
     with transaction.atomic(durable=True):
         for session in sessions:
             claimed = WorkingState.objects.filter(session=session, extracted_through=0).update(
@@ -510,13 +528,39 @@ def consolidation_finish_sessions(
         rows = [row for said in saids for row in said.rows]
         rows = [row if row.session_id in mine else None for row in rows]
         _store_extraction(
-            finished[-1], result.extraction, said=rows, known=known, report=report, sessions=mine
+            finished[-1],
+            result.extraction,
+            said=rows,
+            known=known,
+            report=report,
+            sessions=mine,
+            vectors=vectors,
         )
         if record_episode is not None:
             for session, summary in zip(sessions, result.summaries, strict=True):
                 if session.pk in mine:
                     record_episode(session, summary)
+    facts_embed_new(owner_id=finished[-1].owner_id)
     return finished
+
+
+def fact_vectors(extraction: llm_memory.Extraction | None) -> dict[str, tuple[str, np.ndarray]]:
+    """The vectors of an extraction's facts, by content, computed before the transaction that
+    stores them (an embedder may be a provider's API: no call is made while rows are locked),
+    for finding their twins (selectors.fact_twin). Empty when the embedder is off."""
+    contents = list(dict.fromkeys(item.content for item in extraction.facts)) if extraction else []
+    found = meaning.vectors_of(contents) if contents else None
+    if found is None:
+        return {}
+    name, vectors = found
+    return {content: (name, vectors[at]) for at, content in enumerate(contents)}
+
+
+def facts_embed_new(*, owner_id: int) -> None:
+    """After a transaction that stored facts: their vectors, so the next batch's facts can find
+    them as twins (the background's pass would write them after the whole consolidation)."""
+    while services.facts_embed(owner_id=owner_id) == services.EMBED_BATCH:
+        pass
 
 
 def _said_at(sources: list[Message]):
@@ -535,13 +579,16 @@ def _store_extraction(
     report: ConsolidationReport,
     offset: int = 0,
     sessions: dict[str, ChatSession] | None = None,
+    vectors: dict[str, tuple[str, np.ndarray]] | None = None,
 ) -> None:
     """Write an extraction's facts (and, in companion mode, feelings), inside the transaction
     that claimed its rounds. A fact's turn n is said[n - 1 - offset] (`offset` turns shown
     before the stored ones, e.g. an episode's earlier summary; None for a turn that is not to
     be a source). Over several sessions (`sessions`, by id), a fact belongs to the session of
     its first source; a fact with sources, none of them in `sessions`, is not stored."""
+    vectors = vectors or {}
     for item in extraction.facts:
+        vector = vectors.get(item.content)  # computed before the transaction, undated
         sources = [
             said[number - 1 - offset]
             for number in item.turns
@@ -560,7 +607,14 @@ def _store_extraction(
                 continue  # said in a session another worker finished: its facts are there
             owner_of = sessions[sources[0].session_id] if sources else session
         report.facts.append(
-            apply_fact(session=owner_of, item=item, action=action, target=target, sources=sources)
+            apply_fact(
+                session=owner_of,
+                item=item,
+                action=action,
+                target=target,
+                sources=sources,
+                vector=vector,
+            )
         )
     if _companion(session) and extraction.psych:
         report.psych += profile_apply_extraction(owner=session.owner, items=list(extraction.psych))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
-import numpy as np
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -52,7 +51,11 @@ def _words_set(fact: Fact, content: str) -> None:
     fact.search_tokens = fact_search_tokens(content, fact.message)
 
 
-def facts_embed(*, owner_id: int, limit: int = 256) -> int:
+# Facts embedded per call at most.
+EMBED_BATCH = 256
+
+
+def facts_embed(*, owner_id: int, limit: int = EMBED_BATCH) -> int:
     """Write the vectors of the owner's facts that have none of the configured embedder's
     (active ones first, then the rest, which an undo can bring back), at most `limit`; how many
     were written. A fact edited meanwhile is left for the next pass (meaning.rows_write)."""
@@ -75,16 +78,6 @@ def facts_embed(*, owner_id: int, limit: int = 256) -> int:
         name,
         unchanged={pk: {"content": content} for pk, content in rows},
     )
-
-
-def fact_vector_store(*, fact: Fact, vector: tuple[str, np.ndarray]) -> None:
-    """Store a fact's vector computed elsewhere ((embedder name, one-row matrix)), unless its
-    words changed since (meaning.rows_write)."""
-    name, vectors = vector
-    meaning.rows_write(
-        Fact, {fact.pk: vectors[0]}, name, unchanged={fact.pk: {"content": fact.content}}
-    )
-    fact.embedding_model = name
 
 
 def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from llm.memory import ExtractedFact
+from llm.memory import ExtractedFact, Extraction
 from memory_app import services
-from memory_app.consolidator import apply_fact
+from memory_app.consolidator import apply_fact, fact_vectors, facts_embed_new
 from memory_app.models import Fact
 from memory_app.normalize import TWIN_COSINE, same_in_other_words
 
@@ -43,8 +43,15 @@ def test_below_the_threshold_nothing_is_the_same():
 
 
 def _extracted(session, content):
+    """One extracted fact stored as the consolidator stores it: its vector computed before
+    the transaction, the new facts' vectors written after it."""
     item = ExtractedFact(content=content, category="knowledge", importance=0.7)
-    return apply_fact(session=session, item=item, action="ADD", target=None)
+    vectors = fact_vectors(Extraction(facts=(item,), psych=()))
+    done = apply_fact(
+        session=session, item=item, action="ADD", target=None, vector=vectors.get(content)
+    )
+    facts_embed_new(owner_id=session.owner_id)
+    return done
 
 
 @pytest.mark.django_db
@@ -52,7 +59,7 @@ def test_a_fact_in_other_words_reinforces_the_one_held(embedder_on, make_session
     session = make_session(owner, "My home is in Lisbon now.", "Nice!")
     assert _extracted(session, "The user lives in Lisbon.") == "add"
     held = Fact.objects.get()
-    assert held.embedding_model == "use-multilingual-v3"  # stored as it was written
+    assert held.embedding_model == "use-multilingual-v3"  # written after its transaction
     assert _extracted(session, "The user's home is in Lisbon.") == "reinforce"
     held.refresh_from_db()
     assert Fact.objects.count() == 1 and held.hit_count == 2
