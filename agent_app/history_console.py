@@ -85,7 +85,7 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
             command.stdout.write(
                 f"note: {title!r} changed since it was imported; kept as first imported"
             )
-        _embed(command, owner)
+        imported_embed(command, owner)
     if options["no_learn"]:
         command.stdout.write("not learning from them now (--no-learn): `ethan import --learn`")
         return
@@ -102,7 +102,7 @@ def history_import_command(command: BaseCommand, owner: Any, options: dict[str, 
     command.stdout.write(f"learnt from {learnt} conversations")
 
 
-def _embed(command: BaseCommand, owner: Any) -> None:
+def imported_embed(command: BaseCommand, owner: Any) -> None:
     """The imported messages' vectors (search by meaning): written here under a progress bar
     when embedded, queued on the memory queue with a broker; nothing with the embedder off."""
     if embedder_name() is None:

@@ -2,6 +2,7 @@
 
 python -m bench.import_speed --quick            # 20,000 messages
 python -m bench.import_speed --messages 100000
+python -m bench.import_speed --messages 100000 --embed   # and the vectors (search by meaning)
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--quick", action="store_true", help="20,000 messages")
+    parser.add_argument(
+        "--embed", action="store_true", help="with the vectors (the default embedder), as embedded"
+    )
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     args = parser.parse_args(argv)
     messages = 20_000 if args.quick else args.messages
@@ -97,10 +101,21 @@ def main(argv: list[str] | None = None) -> int:
             )
             return time.perf_counter() - started
 
-        first = timed_import()
+        import embedder
+
+        embedder.configure(embedder="default" if args.embed else "off")
+        first = timed_import()  # with --embed, the import's vectors too (imported_embed)
         again = timed_import()  # everything is there already: nothing is written
+    embedding = ""
+    if args.embed:
+        from sessions_app.models import Message
+
+        embedded = Message.objects.exclude(embedding_model=None).count()
+        embedding = f", with the default embedder's vectors ({embedded:,} messages embedded)"
     table = "\n".join(
         [
+            f"Import{embedding}:",
+            "",
             "| messages | sessions | facts | first import s | messages/s | re-import (no-op) s |",
             "|---|---|---|---|---|---|",
             f"| {messages:,} | {max(1, messages // 50):,} | 500 | {first:.1f} | "

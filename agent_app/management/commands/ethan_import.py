@@ -6,7 +6,7 @@ from typing import Any, TextIO
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent_app.history_console import history_import_command, progress_bar
+from agent_app.history_console import history_import_command, imported_embed, progress_bar
 from agent_app.transfer import LayoutError, layout_import, layout_read
 from sessions_app.services import local_user_get_or_create
 
@@ -84,3 +84,5 @@ class Command(BaseCommand):
             )
         if options["dry_run"]:
             self.stdout.write("dry run: nothing was written")
+        else:
+            imported_embed(self, owner)
