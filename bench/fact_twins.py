@@ -33,20 +33,22 @@ BANDS = (0.80, 0.83, 0.85, 0.87, 0.90, 0.93, 1.01)
 SHOWN_BELOW = 15
 
 
-def run(samples: list, *, dedup: bool) -> tuple[int, list[tuple[float, bool, str, str]]]:
-    """Consolidate every conversation; (active facts, the comparisons made)."""
-    from bench.locomo_recall import ReplayedExtractor, consolidate, load_conversation
+def run(samples: list, *, dedup: bool) -> tuple[dict[str, int], list[tuple]]:
+    """Consolidate every conversation; (active facts per half, the comparisons made: cosine,
+    verdict, the new fact, the held one, the half)."""
+    from bench.locomo_recall import ReplayedExtractor, consolidate, half_of, load_conversation
     from llm import config
     from memory_app import normalize, selectors
     from memory_app.models import Fact
 
-    compared: list[tuple[float, bool, str, str]] = []
+    compared: list[tuple] = []
+    half = ["A"]
     same = normalize.same_in_other_words
     saved = normalize.TWIN_COSINE
 
     def recorded(a: str, b: str, cosine: float) -> bool:
         verdict = same(a, b, cosine)
-        compared.append((cosine, verdict, a, b))
+        compared.append((cosine, verdict, a, b, half[0]))
         return verdict
 
     selectors.same_in_other_words = recorded
@@ -56,13 +58,16 @@ def run(samples: list, *, dedup: bool) -> tuple[int, list[tuple[float, bool, str
     from django.contrib.auth import get_user_model
 
     get_user_model().objects.all().delete()  # the run before this one's owners
-    kept = 0
+    kept = {"A": 0, "B": 0}
     try:
         for index, sample in enumerate(samples):
+            half[0] = half_of(index)
             loaded = load_conversation(sample, index, observations=False)
             extractor.use(sample, loaded)
             consolidate(loaded)
-            kept += Fact.objects.filter(owner=loaded.owner, status=Fact.Status.ACTIVE).count()
+            kept[half[0]] += Fact.objects.filter(
+                owner=loaded.owner, status=Fact.Status.ACTIVE
+            ).count()
             print(f"  {'on' if dedup else 'off'}: {index + 1}/{len(samples)}", file=sys.stderr)
     finally:
         extractor.close()
@@ -90,9 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     with_rule, compared = run(samples, dedup=True)
     merged = [pair for pair in compared if pair[1]]
     lines = [
-        f"{len(samples)} conversations; active facts without the rule {without}, with it "
-        f"{with_rule} ({without - with_rule} fewer); {len(merged)} merges; "
-        f"threshold {TWIN_COSINE}.",
+        f"{len(samples)} conversations; threshold {TWIN_COSINE} (chosen on half A: no merge of "
+        "different facts there from 0.86 up; B held back).",
+        "",
+        "| half | active facts without the rule | with it | fewer | merges |",
+        "|---|---|---|---|---|",
+    ]
+    for half in ("A", "B"):
+        merges = sum(1 for pair in merged if pair[4] == half)
+        lines.append(
+            f"| {half} | {without[half]} | {with_rule[half]} | "
+            f"{without[half] - with_rule[half]} | {merges} |"
+        )
+    lines += [
         "",
         "| cosine | comparisons | refused by the guards | merged |",
         "|---|---|---|---|",
@@ -104,14 +119,17 @@ def main(argv: list[str] | None = None) -> int:
             f"| {low:.2f}-{min(high, 1.0):.2f} | {len(band)} | {len(refused)} | "
             f"{sum(1 for p in band if p[1])} |"
         )
-    lines += ["", "Merged (cosine, the new fact, the fact it reinforced):", ""]
-    lines += [f"- {cos:.3f}: {a} ⟶ {b}" for cos, _v, a, b in sorted(merged, reverse=True)]
-    refused = sorted((p for p in compared if not p[1] and p[0] >= TWIN_COSINE), reverse=True)
+
+    def listed(pairs):
+        return [f"- {p[4]} {p[0]:.3f}: {p[2]} ⟶ {p[3]}" for p in sorted(pairs, reverse=True)]
+
+    lines += ["", "Merged (half, cosine, the new fact ⟶ the fact it reinforced):", ""]
+    lines += listed(merged)
     lines += ["", "Refused by the guards above the threshold:", ""]
-    lines += [f"- {cos:.3f}: {a} ⟶ {b}" for cos, _v, a, b in refused]
+    lines += listed(p for p in compared if not p[1] and p[0] >= TWIN_COSINE)
     below = sorted((p for p in compared if p[0] < TWIN_COSINE), reverse=True)[:SHOWN_BELOW]
     lines += ["", f"The {SHOWN_BELOW} nearest below the threshold (not merged):", ""]
-    lines += [f"- {cos:.3f}: {a} ⟶ {b}" for cos, _v, a, b in below]
+    lines += listed(below)
     text = "\n".join(lines)
     print(text)
     if not args.no_record:

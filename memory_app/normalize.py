@@ -22,7 +22,7 @@ def content_key(text: str) -> str:
 # --- the same fact in other words ------------------------------------------------------------
 
 # Two facts whose vectors are at least this near may be the same fact in other words (measured
-# on LoCoMo's replayed facts: docs/memory.md, "Facts deduplicated by meaning").
+# on LoCoMo's replayed facts: docs/memory.md, "The same fact in other words").
 TWIN_COSINE = 0.87
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
