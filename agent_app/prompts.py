@@ -143,8 +143,11 @@ def build_system(
         parts.append(f"<behavioral_guidelines>\n{rules}\n</behavioral_guidelines>")
 
     # Relevance to the message and the user's previous turn (docs/memory.md, injection).
+    # What the turn searches memory with: the message and the person's previous turn. Its
+    # vector (search by meaning) is computed once and shared by the facts and the episodes.
+    searched = f"{text}\n{previous}".strip()
     facts = memory_selectors.facts_for_injection(
-        owner=owner, limit=settings.fact_limit, text=f"{text}\n{previous}".strip()
+        owner=owner, limit=settings.fact_limit, text=searched
     )
     if facts:
         lines = "\n".join(fact_line(fact) for fact in facts)
@@ -164,6 +167,7 @@ def build_system(
             text=text,
             budget_tokens=django_settings.ETHAN_EPISODE_RECALL_TOKENS,
             exclude_session_id=session_id,
+            meaning_of=searched,
         )
         if recalled:
             lines = "\n".join(stored_text(episode_selectors.recall_line(e)) for e in recalled)

@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 _SCALE = np.dtype("<f4")
+# One BLAS thread for numpy in this process, set once: a scan's matrix product over 100,000
+# vectors took 285 ms with OpenBLAS's threads on this busy 2-core machine and 31 ms with one
+# (docs/benchmarks.md, "Memory found by meaning: cost"), and a server scans from several
+# threads at once anyway. (The default model's own products are held to one thread per call by
+# its package.)
+threadpool_limits(limits=1, user_api="blas")
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:

@@ -45,11 +45,13 @@ def episodes_search(
     exclude_session_id: str | None = None,
     now: datetime | None = None,
     recency: bool = False,
+    meaning_of: str | None = None,
 ) -> list[ScoredEpisode]:
     """Episodes ranked by BM25 of their summary and keywords against `query` (the memory search
-    engine), best first, ties newest first; with `recency`, times the recency prior."""
+    engine) fused with their meaning's (of `meaning_of`, by default the query), best first,
+    ties newest first; with `recency`, times the recency prior."""
     terms = query_terms(query)
-    vector = meaning.query_vector(query)
+    vector = meaning.query_vector(query if meaning_of is None else meaning_of)
     if not terms and vector is None:
         return []
     now = now or timezone.now()
@@ -84,12 +86,24 @@ def episodes_search(
 
 
 def episodes_for_recall(
-    *, owner: AbstractBaseUser, text: str, budget_tokens: int, exclude_session_id: str | None = None
+    *,
+    owner: AbstractBaseUser,
+    text: str,
+    budget_tokens: int,
+    exclude_session_id: str | None = None,
+    meaning_of: str | None = None,
 ) -> list[Episode]:
-    """The most relevant episodes for the current message, as many as fit the token budget."""
+    """The most relevant episodes for the current message, as many as fit the token budget.
+    `meaning_of`: the text whose vector ranks them by meaning (the turn's one query vector,
+    the facts' injection's), by default `text`."""
     chosen, used = [], 0
     for item in episodes_search(
-        owner=owner, query=text, limit=10, exclude_session_id=exclude_session_id, recency=True
+        owner=owner,
+        query=text,
+        limit=10,
+        exclude_session_id=exclude_session_id,
+        recency=True,
+        meaning_of=meaning_of,
     ):
         cost = estimate_tokens(recall_line(item.episode))
         if used + cost > budget_tokens:

@@ -263,3 +263,42 @@ def test_the_backfill_finishes_a_run_that_was_killed(tmp_path):
 def test_the_backfill_refuses_with_the_embedder_off():
     with pytest.raises(Exception, match="the embedder is off"):
         call_command("ethan_embed")
+
+
+def test_a_turn_embeds_its_query_once_for_facts_and_episodes(embedder_on, owner, monkeypatch):
+    from agent_app.prompts import build_system
+    from episodes_app.models import Episode
+
+    memory_services.fact_write(
+        owner=owner,
+        content="The user owns a golden retriever.",
+        category="knowledge",
+        confidence=0.8,
+        source="api",
+    )
+    Episode.objects.create(
+        owner=owner,
+        session_ref="s_1",
+        summary="Talked about the dog's training.",
+        keywords=["dog"],
+        turn_count=2,
+    )
+    vectors_write(owner_id=owner.pk)
+    queries = []
+    real = embedder.embed
+
+    def counted(texts, *, kind="document"):
+        if kind == "query":
+            queries.append(list(texts))
+        return real(texts, kind=kind)
+
+    monkeypatch.setattr(embedder, "embed", counted)
+    system = build_system(
+        owner=owner,
+        mode="work",
+        path="full",
+        text="any tips for my puppy?",
+        previous="I got a new pet last week.",
+    )
+    assert "golden retriever" in system.text and "dog's training" in system.text
+    assert queries == [["any tips for my puppy?\nI got a new pet last week."]]
