@@ -200,6 +200,8 @@ def test_the_query_vector_is_computed_once_for_the_same_text(embedder_on, monkey
     assert calls == [(("where does she work",), "query")]
 
 
+# Two processes loading the embedder's weights (10-20 s): make test-slow.
+@pytest.mark.slow
 def test_the_backfill_finishes_a_run_that_was_killed(tmp_path):
     """A home with 300 messages from before vectors existed; `ethan_embed --batch 20` is killed
     after its first batches, then run again: everything ends embedded, nothing twice."""

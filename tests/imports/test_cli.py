@@ -9,6 +9,7 @@ import sqlite3
 import sys
 
 import pexpect
+import pytest
 
 from tests.conftest import ROOT, clean_env, run_ethan
 from tests.imports.exports import ChatGPT, claude, write_json, write_zip
@@ -141,6 +142,8 @@ def test_a_dry_run_reads_the_whole_export_and_writes_nothing(tmp_path):
     assert rows(home, "SELECT count(*) FROM sessions_app_chatsession") == [(0,)]
 
 
+# A process loading the embedder's weights: make test-slow.
+@pytest.mark.slow
 def test_an_import_writes_its_vectors_when_the_embedder_is_on(tmp_path):
     """Embedded, `ethan import` embeds what it imported (search by meaning) before learning;
     nothing is embedded with the embedder off (the other tests here)."""
