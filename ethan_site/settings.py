@@ -512,6 +512,11 @@ try:
     embedder_config.parse(ETHAN_EMBEDDER)
 except ModelConfigError as exc:
     raise ConfigError(f"ETHAN_EMBEDDER from {_config.source_of('ETHAN_EMBEDDER')}: {exc}") from None
+# The memory a process gives to the message vectors it holds for search by meaning
+# (sessions_app.meaning.MessageVectors), in MB: 516 bytes a message with the default embedder,
+# so 100 MB hold about 200,000 messages; past it, the least recently searched owners' are let
+# go (and read again when they search).
+ETHAN_VECTOR_CACHE_MB = _config.get("ETHAN_VECTOR_CACHE_MB", 160, int)
 # Provider keys and base URLs, from the environment or config.yaml. ("API" in the name keeps
 # Django's debug pages from ever showing them.)
 ETHAN_MODEL_API_ENV = {

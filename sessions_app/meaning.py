@@ -30,7 +30,7 @@ docs/search.md has the numbers behind TUNING.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -168,6 +168,219 @@ def nearest(rows: QuerySet, query: tuple[str, np.ndarray], *, cap: int | None = 
         flush()
     cosines = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
     return Scan(ids=np.asarray(ids), cosines=cosines)
+
+
+# --- the owner's message vectors, held in this process --------------------------------------
+
+
+@dataclass
+class _Session:
+    """One session's message vectors: ids and seqs, the int8 values and each row's norm."""
+
+    version: int | None
+    ids: np.ndarray
+    seqs: np.ndarray
+    values: np.ndarray
+    norms: np.ndarray
+
+
+class MessageVectors:
+    """One owner's message vectors of one embedder, held in this process (messages_scan).
+
+    Reading 100,000 vectors from the database took about 290 ms on SQLite (the rows are read
+    whole), comparing them 8 ms (docs/benchmarks.md, "Memory found by meaning: cost"). So a
+    process keeps them: each search first reads the owner's sessions' `vectors_version` (one
+    indexed query), then only the sessions whose count moved (a turn's: one session), and
+    lets go of the sessions that are gone. The int8 values are kept as stored (a blob's scale
+    cancels out of a cosine): 512 bytes a message with the default embedder.
+
+    Bounded: the owner's most recently active sessions are held until TUNING.scan_cap
+    messages (older ones are found by their words alone), and all owners together within
+    ETHAN_VECTOR_CACHE_MB (the least recently searched let go first)."""
+
+    def __init__(self, owner_id: int, name: str):
+        self.owner_id = owner_id
+        self.name = name
+        self.sessions: dict[str, _Session] = {}
+        self.lock = threading.Lock()
+        self._joined: tuple | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.values.nbytes + part.ids.nbytes * 2 for part in self.sessions.values())
+
+    def refresh(self) -> None:
+        from sessions_app.models import ChatSession, Message
+        from sessions_app.search import SPOKEN
+
+        held: dict[str, int | None] = {}
+        room = TUNING.scan_cap
+        newest_first = (
+            ChatSession.objects.filter(owner_id=self.owner_id)
+            .order_by("-updated_at", "-pk")
+            .values_list("pk", "vectors_version", "last_seq")
+        )
+        for pk, version, size in newest_first.iterator(chunk_size=CHUNK):
+            if room <= 0:
+                break
+            held[pk] = version
+            room -= size
+        gone = self.sessions.keys() - held.keys()
+        moved = [
+            pk
+            for pk, version in held.items()
+            if pk not in self.sessions or self.sessions[pk].version != version
+        ]
+        for pk in gone:
+            del self.sessions[pk]
+        for start in range(0, len(moved), 500):
+            batch = moved[start : start + 500]
+            rows: dict[str, list] = {pk: [] for pk in batch}
+            stored = (
+                Message.objects.filter(
+                    session_id__in=batch, embedding_model=self.name, role__in=SPOKEN
+                )
+                .values_list("session_id", "pk", "seq", "embedding")
+                .iterator(chunk_size=CHUNK)
+            )
+            for session_id, pk, seq, blob in stored:
+                rows[session_id].append((pk, seq, bytes(blob)))
+            for pk in batch:
+                self.sessions[pk] = self._part(held[pk], rows[pk])
+        if gone or moved:
+            self._joined = None
+
+    def _part(self, version: int | None, rows: list[tuple[int, int, bytes]]) -> _Session:
+        dim = _dim_of(rows)
+        size = embedder.blob_size(dim) if dim else 0
+        rows = [row for row in rows if len(row[2]) == size]  # another dimension: never compared
+        if not rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return _Session(
+                version,
+                empty,
+                empty.astype(np.int32),
+                np.zeros((0, dim or 0), np.int8),
+                np.zeros(0, np.float32),
+            )
+        raw = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.uint8).reshape(
+            len(rows), size
+        )
+        values = raw[:, size - dim :].view(np.int8).copy()
+        norms = np.linalg.norm(values.astype(np.float32), axis=1)
+        return _Session(
+            version,
+            np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)),
+            np.fromiter((row[1] for row in rows), dtype=np.int32, count=len(rows)),
+            values,
+            norms,
+        )
+
+    def joined(self) -> tuple:
+        """(ids, seqs, session of each row as an index into `order`, values, norms, order)."""
+        if self._joined is None:
+            dims = Counter(part.values.shape[1] for part in self.sessions.values() if len(part.ids))
+            dim = dims.most_common(1)[0][0] if dims else 0
+            order = [
+                pk
+                for pk, part in self.sessions.items()
+                if len(part.ids) and part.values.shape[1] == dim
+            ]
+            parts = [self.sessions[pk] for pk in order]
+            if not parts:
+                self._joined = (
+                    np.zeros(0, np.int64),
+                    np.zeros(0, np.int32),
+                    np.zeros(0, np.int32),
+                    np.zeros((0, 0), np.int8),
+                    np.zeros(0, np.float32),
+                    order,
+                )
+            else:
+                self._joined = (
+                    np.concatenate([p.ids for p in parts]),
+                    np.concatenate([p.seqs for p in parts]),
+                    np.repeat(np.arange(len(parts), dtype=np.int32), [len(p.ids) for p in parts]),
+                    np.concatenate([p.values for p in parts]),
+                    np.concatenate([p.norms for p in parts]),
+                    order,
+                )
+        return self._joined
+
+    def scan(
+        self,
+        vector: np.ndarray,
+        *,
+        session_id: str | None = None,
+        exclude_after: tuple[str, int] | None = None,
+    ) -> Scan:
+        ids, seqs, owners, values, norms, order = self.joined()
+        if not len(ids) or values.shape[1] != len(vector):
+            return Scan(ids=np.zeros(0, np.int64), cosines=np.zeros(0, np.float32))
+        keep = np.ones(len(ids), dtype=bool)
+        if session_id is not None:
+            keep &= owners == (order.index(session_id) if session_id in order else -1)
+        if exclude_after is not None and exclude_after[0] in order:
+            current = order.index(exclude_after[0])
+            keep &= ~((owners == current) & (seqs >= exclude_after[1]))
+        query = np.asarray(vector, dtype=np.float32)
+        query = query / (np.linalg.norm(query) or 1.0)
+        cosines = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(ids), CHUNK):
+            cosines[start : start + CHUNK] = (
+                values[start : start + CHUNK].astype(np.float32) @ query
+            )
+        cosines /= np.where(norms > 0, norms, 1.0)
+        if not keep.all():
+            return Scan(ids=ids[keep], cosines=cosines[keep])
+        return Scan(ids=ids, cosines=cosines)
+
+
+def _dim_of(rows: list[tuple[int, int, bytes]]) -> int:
+    """The dimension of this embedder's vectors, from the size most of the blobs have (a blob
+    of another size under the same name is never compared)."""
+    if not rows:
+        return 0
+    size, _count = Counter(len(row[2]) for row in rows).most_common(1)[0]
+    return size - embedder.blob_size(0)
+
+
+_held: OrderedDict[tuple[int, str], MessageVectors] = OrderedDict()
+_held_lock = threading.Lock()
+
+
+def messages_scan(
+    owner_id: int,
+    query: tuple[str, np.ndarray],
+    *,
+    session_id: str | None = None,
+    exclude_after: tuple[str, int] | None = None,
+) -> Scan:
+    """The cosines of the owner's message vectors (the embedder's that made the query) with the
+    query, from the vectors this process holds (MessageVectors), brought up to date first."""
+    from django.conf import settings
+
+    name, vector = query
+    key = (owner_id, name)
+    with _held_lock:
+        held = _held.get(key)
+        if held is None:
+            held = _held[key] = MessageVectors(owner_id, name)
+        _held.move_to_end(key)
+    with held.lock:
+        held.refresh()
+        found = held.scan(vector, session_id=session_id, exclude_after=exclude_after)
+    with _held_lock:
+        budget = settings.ETHAN_VECTOR_CACHE_MB * 1024 * 1024
+        while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:
+            _held.popitem(last=False)  # the least recently searched owner
+    return found
+
+
+def messages_forget() -> None:
+    """Let go of every owner's held vectors (tests, and a process that wants the memory)."""
+    with _held_lock:
+        _held.clear()
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,10 @@ class ChatSession(models.Model):
     # written by conditional updates, never by a form.
     turn_claim = models.CharField(max_length=32, blank=True, editable=False)
     turn_claimed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Counts the writes of its messages' vectors (services.messages_embed): a process holding
+    # the owner's vectors in memory (meaning.MessageVectors) reads again the sessions whose
+    # count moved. Null until the first; nullable, so adding it copies no table on SQLite.
+    vectors_version = models.PositiveIntegerField(null=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)

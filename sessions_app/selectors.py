@@ -216,10 +216,10 @@ def messages_search(
             owner=owner, terms=parsed.terms, session_id=session_id, exclude_after=exclude_after
         )
     if vector is not None:
-        ranked = _messages_fused(
-            ranked,
-            meaning.nearest(_messages_scoped(owner, session_id, exclude_after), vector),
+        scan = meaning.messages_scan(
+            owner.pk, vector, session_id=session_id, exclude_after=exclude_after
         )
+        ranked = _messages_fused(ranked, scan)
     if parsed.span:
         ranked = prefer_time(ranked, parsed.span, when=lambda row: row[_CREATED])
     ranked = ranked[:limit]
@@ -239,13 +239,6 @@ def _narrowed(
     if exclude_after:
         messages = messages.exclude(session_id=exclude_after[0], seq__gte=exclude_after[1])
     return messages
-
-
-def _messages_scoped(
-    owner: AbstractBaseUser, session_id: str | None, exclude_after: tuple[str, int] | None
-) -> QuerySet[Message]:
-    """The owner's messages a search compares by meaning."""
-    return _narrowed(Message.objects.filter(session__owner=owner), session_id, exclude_after)
 
 
 def _messages_fused(ranked: list[Ranked], scan: meaning.Scan) -> list[Ranked]:

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef, Q, Value
-from django.db.models.functions import Concat
+from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
 from embedder import embedder_name
@@ -486,5 +486,10 @@ def messages_embed(*, session_id: str, limit: int = EMBED_BATCH) -> int:
     for at in range(written_from, written_to):
         neighbours = [own[i] for i in (at - 1, at + 1) if 0 <= i < len(rows)]
         vectors[rows[at][0]] = meaning.combined(own[at], neighbours)
-    meaning.rows_write(Message, vectors, name)
+    with transaction.atomic():
+        meaning.rows_write(Message, vectors, name)
+        # The processes holding the owner's vectors read this session's again.
+        ChatSession.objects.filter(pk=session_id).update(
+            vectors_version=Coalesce(F("vectors_version"), Value(0)) + 1
+        )
     return len(after)

@@ -43,11 +43,15 @@ def embedder_on(settings):
     2.5 s), for this test; off again afterwards."""
     import embedder
 
+    from sessions_app import meaning
+
     settings.ETHAN_EMBEDDER = "default"
     embedder.configure(embedder="default")
     embedder.preload()
+    meaning.messages_forget()  # vectors another test's owner (the same id) left held
     yield
     embedder.configure(embedder="off")
+    meaning.messages_forget()
 
 
 @pytest.fixture(autouse=True)
