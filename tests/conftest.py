@@ -42,7 +42,6 @@ def embedder_on(settings):
     """The default embedder on, with its real weights (loaded once per test process, about
     2.5 s), for this test; off again afterwards."""
     import embedder
-
     from sessions_app import meaning
 
     settings.ETHAN_EMBEDDER = "default"
