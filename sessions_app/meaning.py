@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.db.models import Q, QuerySet
 
 import embedder
-from sessions_app.search import Ranked
+from sessions_app.models import ChatSession, Message
+from sessions_app.search import SPOKEN, Ranked
 
 
 @dataclass(frozen=True)
@@ -210,9 +212,6 @@ class MessageVectors:
         return sum(part.values.nbytes + part.ids.nbytes * 2 for part in self.sessions.values())
 
     def refresh(self) -> None:
-        from sessions_app.models import ChatSession, Message
-        from sessions_app.search import SPOKEN
-
         held: dict[str, int | None] = {}
         room = TUNING.scan_cap
         newest_first = (
@@ -358,8 +357,6 @@ def messages_scan(
 ) -> Scan:
     """The cosines of the owner's message vectors (the embedder's that made the query) with the
     query, from the vectors this process holds (MessageVectors), brought up to date first."""
-    from django.conf import settings
-
     name, vector = query
     key = (owner_id, name)
     with _held_lock:
