@@ -112,17 +112,19 @@ class Scan:
     def empty(self) -> bool:
         return len(self.ids) == 0
 
-    def normalised(self) -> dict[Any, float]:
-        """meaning(d) of every scanned row, by id."""
-        if self.empty:
+    def normalised(self, keys: Iterable[Any]) -> dict[Any, float]:
+        """meaning(d) of the scanned rows among `keys` (a fusion's candidates: a few hundred of
+        the 100,000 rows a scan may hold, so no mapping of them all is built)."""
+        wanted = list(keys)
+        if self.empty or not wanted:
             return {}
         floor = float(np.median(self.cosines))
-        top = float(self.cosines.max())
-        span = top - floor
+        span = float(self.cosines.max()) - floor
         if span <= 1e-9:
             return {}
-        values = np.clip((self.cosines - floor) / span, 0.0, 1.0)
-        return dict(zip(self.ids.tolist(), values.tolist(), strict=True))
+        among = np.isin(self.ids, np.asarray(wanted))
+        values = np.clip((self.cosines[among] - floor) / span, 0.0, 1.0)
+        return dict(zip(self.ids[among].tolist(), values.tolist(), strict=True))
 
     def best(self, count: int) -> list[Any]:
         """The ids of the `count` nearest rows, nearest first."""
@@ -177,13 +179,32 @@ def nearest(rows: QuerySet, query: tuple[str, np.ndarray], *, cap: int | None = 
 
 @dataclass
 class _Session:
-    """One session's message vectors: ids and seqs, the int8 values and each row's norm."""
+    """One session's message vectors, from seq `since` on: ids and seqs, the int8 values and
+    each row's norm."""
 
     version: int | None
+    since: int
     ids: np.ndarray
     seqs: np.ndarray
     values: np.ndarray
     norms: np.ndarray
+
+
+class _Rows:
+    """A session's rows as they are read: the blobs joined as they come (one copy, not a
+    Python object per vector)."""
+
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.seqs: list[int] = []
+        self.blobs = bytearray()
+        self.sizes: list[int] = []
+
+    def add(self, pk: int, seq: int, blob: bytes) -> None:
+        self.ids.append(pk)
+        self.seqs.append(seq)
+        self.blobs += blob
+        self.sizes.append(len(blob))
 
 
 class MessageVectors:
@@ -192,13 +213,15 @@ class MessageVectors:
     Reading 100,000 vectors from the database took about 290 ms on SQLite (the rows are read
     whole), comparing them 8 ms (docs/benchmarks.md, "Memory found by meaning: cost"). So a
     process keeps them: each search first reads the owner's sessions' `vectors_version` (one
-    indexed query), then only the sessions whose count moved (a turn's: one session), and
-    lets go of the sessions that are gone. The int8 values are kept as stored (a blob's scale
-    cancels out of a cosine): 512 bytes a message with the default embedder.
+    indexed query), then, of the sessions whose count moved, only the rows from the newest it
+    holds on (messages_embed writes the new turns and the one before them), and lets go of the
+    sessions that are gone. The int8 values are kept as stored (a blob's scale cancels out of
+    a cosine): 512 bytes a message with the default embedder.
 
-    Bounded: the owner's most recently active sessions are held until TUNING.scan_cap
-    messages (older ones are found by their words alone), and all owners together within
-    ETHAN_VECTOR_CACHE_MB (the least recently searched let go first)."""
+    Bounded: the owner's newest TUNING.scan_cap messages are held, by session from the most
+    recently active, the last one cut to its newest messages (older ones are found by their
+    words alone), and all owners together within ETHAN_VECTOR_CACHE_MB (the least recently
+    searched let go first)."""
 
     def __init__(self, owner_id: int, name: str):
         self.owner_id = owner_id
@@ -209,68 +232,122 @@ class MessageVectors:
 
     @property
     def nbytes(self) -> int:
-        return sum(part.values.nbytes + part.ids.nbytes * 2 for part in self.sessions.values())
+        return sum(
+            p.values.nbytes + p.ids.nbytes + p.seqs.nbytes + p.norms.nbytes
+            for p in self.sessions.values()
+        )
 
-    def refresh(self) -> None:
-        held: dict[str, int | None] = {}
+    def _wanted(self) -> dict[str, tuple[int | None, int, int]]:
+        """The sessions to hold: id -> (vectors_version, the first seq held, last_seq)."""
+        wanted = {}
         room = TUNING.scan_cap
         newest_first = (
             ChatSession.objects.filter(owner_id=self.owner_id)
             .order_by("-updated_at", "-pk")
             .values_list("pk", "vectors_version", "last_seq")
         )
-        for pk, version, size in newest_first.iterator(chunk_size=CHUNK):
+        for pk, version, last_seq in newest_first.iterator(chunk_size=CHUNK):
             if room <= 0:
                 break
-            held[pk] = version
-            room -= size
-        gone = self.sessions.keys() - held.keys()
-        moved = [
-            pk
-            for pk, version in held.items()
-            if pk not in self.sessions or self.sessions[pk].version != version
-        ]
+            wanted[pk] = (version, max(1, last_seq - room + 1), last_seq)
+            room -= last_seq
+        return wanted
+
+    def refresh(self) -> None:
+        wanted = self._wanted()
+        gone = self.sessions.keys() - wanted.keys()
         for pk in gone:
             del self.sessions[pk]
-        for start in range(0, len(moved), 500):
-            batch = moved[start : start + 500]
-            rows: dict[str, list] = {pk: [] for pk in batch}
-            stored = (
-                Message.objects.filter(
-                    session_id__in=batch, embedding_model=self.name, role__in=SPOKEN
+        grown, fresh = {}, {}
+        for pk, (version, since, last_seq) in wanted.items():
+            held = self.sessions.get(pk)
+            if held is not None and (held.version, held.since) == (version, since):
+                continue
+            tail = int(held.seqs.max()) if held is not None and len(held.seqs) else 0
+            if held is not None and held.since == since and tail and tail <= last_seq:
+                grown[pk] = (version, tail)  # read again from the newest held row on
+            else:
+                fresh[pk] = (version, since)
+        for pk, (version, tail) in grown.items():
+            rows = self._read([pk], since=tail)[pk]
+            held = self.sessions[pk]
+            kept = held.seqs < tail
+            part = self._part(version, held.since, rows)
+            if part.values.shape[1] == held.values.shape[1]:
+                part = _Session(
+                    version,
+                    held.since,
+                    np.concatenate([held.ids[kept], part.ids]),
+                    np.concatenate([held.seqs[kept], part.seqs]),
+                    np.concatenate([held.values[kept], part.values]),
+                    np.concatenate([held.norms[kept], part.norms]),
                 )
-                .values_list("session_id", "pk", "seq", "embedding")
-                .iterator(chunk_size=CHUNK)
-            )
-            for session_id, pk, seq, blob in stored:
-                rows[session_id].append((pk, seq, bytes(blob)))
-            for pk in batch:
-                self.sessions[pk] = self._part(held[pk], rows[pk])
-        if gone or moved:
+            self.sessions[pk] = part
+        by_since: dict[int, list[str]] = {}
+        for pk, (_version, since) in fresh.items():
+            by_since.setdefault(since, []).append(pk)
+        for since, ids in by_since.items():
+            for start in range(0, len(ids), 500):
+                batch = ids[start : start + 500]
+                read = self._read(batch, since=since)
+                for pk in batch:
+                    self.sessions[pk] = self._part(fresh[pk][0], since, read[pk])
+        if gone or grown or fresh:
             self._joined = None
 
-    def _part(self, version: int | None, rows: list[tuple[int, int, bytes]]) -> _Session:
-        dim = _dim_of(rows)
-        size = embedder.blob_size(dim) if dim else 0
-        rows = [row for row in rows if len(row[2]) == size]  # another dimension: never compared
-        if not rows:
-            empty = np.zeros(0, dtype=np.int64)
+    def _read(self, session_ids: list[str], *, since: int) -> dict[str, _Rows]:
+        rows = {pk: _Rows() for pk in session_ids}
+        stored = (
+            Message.objects.filter(
+                session_id__in=session_ids,
+                seq__gte=since,
+                embedding_model=self.name,
+                role__in=SPOKEN,
+            )
+            .order_by()
+            .values_list("session_id", "pk", "seq", "embedding")
+            .iterator(chunk_size=CHUNK)
+        )
+        for session_id, pk, seq, blob in stored:
+            rows[session_id].add(pk, seq, bytes(blob))
+        return rows
+
+    def _part(self, version: int | None, since: int, rows: _Rows) -> _Session:
+        sizes = Counter(rows.sizes)
+        size = sizes.most_common(1)[0][0] if sizes else 0
+        dim = max(0, size - embedder.blob_size(0))
+        if not dim:
             return _Session(
                 version,
-                empty,
-                empty.astype(np.int32),
-                np.zeros((0, dim or 0), np.int8),
+                since,
+                np.zeros(0, np.int64),
+                np.zeros(0, np.int32),
+                np.zeros((0, 0), np.int8),
                 np.zeros(0, np.float32),
             )
-        raw = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.uint8).reshape(
-            len(rows), size
-        )
+        sizes_seen = np.asarray(rows.sizes)
+        if len(sizes) == 1:
+            raw = np.frombuffer(rows.blobs, dtype=np.uint8).reshape(len(rows.ids), size)
+            keep = slice(None)
+        else:  # a blob of another size under the same name: never compared
+            ends = np.cumsum(sizes_seen)
+            keep = sizes_seen == size
+            raw = np.stack(
+                [
+                    np.frombuffer(rows.blobs, dtype=np.uint8, count=size, offset=int(end - size))
+                    for end in ends[keep]
+                ]
+            )
         values = raw[:, size - dim :].view(np.int8).copy()
-        norms = np.linalg.norm(values.astype(np.float32), axis=1)
+        norms = np.empty(len(values), dtype=np.float32)
+        for start in range(0, len(values), CHUNK):  # a chunk at a time: no float32 copy of all
+            chunk = values[start : start + CHUNK].astype(np.float32)
+            norms[start : start + CHUNK] = np.linalg.norm(chunk, axis=1)
         return _Session(
             version,
-            np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows)),
-            np.fromiter((row[1] for row in rows), dtype=np.int32, count=len(rows)),
+            since,
+            np.asarray(rows.ids, dtype=np.int64)[keep],
+            np.asarray(rows.seqs, dtype=np.int32)[keep],
             values,
             norms,
         )
@@ -335,15 +412,6 @@ class MessageVectors:
         return Scan(ids=ids, cosines=cosines)
 
 
-def _dim_of(rows: list[tuple[int, int, bytes]]) -> int:
-    """The dimension of this embedder's vectors, from the size most of the blobs have (a blob
-    of another size under the same name is never compared)."""
-    if not rows:
-        return 0
-    size, _count = Counter(len(row[2]) for row in rows).most_common(1)[0]
-    return size - embedder.blob_size(0)
-
-
 _held: OrderedDict[tuple[int, str], MessageVectors] = OrderedDict()
 _held_lock = threading.Lock()
 
@@ -398,13 +466,14 @@ def fuse(
     best first (ties keep BM25's order, then the scan's)."""
     weight = TUNING.weight if weight is None else weight
     candidates = TUNING.candidates if candidates is None else candidates
-    meaning = scan.normalised()
+    nearest_keys = scan.best(candidates)
+    meaning = scan.normalised([key for key, _score in lexical] + nearest_keys)
     best = lexical[0][1] if lexical else 0.0
     scores: dict[Hashable, float] = {}
     for key, score in lexical:
         words = score / best if best > 0 else 0.0
         scores[key] = (1 - weight) * words + weight * meaning.get(key, 0.0)
-    for key in scan.best(candidates):
+    for key in nearest_keys:
         if key not in scores:
             scores[key] = weight * meaning.get(key, 0.0)
     fused = [Fused(key, score) for key, score in scores.items()]

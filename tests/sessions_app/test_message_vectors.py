@@ -99,3 +99,31 @@ def test_vectors_of_another_dimension_under_the_same_name_are_skipped(
     held = _scan(owner, "bees")
     assert odd.pk not in held and len(held) == 2
     assert np.isfinite(list(held.values())).all()
+
+
+def test_a_session_larger_than_the_cap_is_held_from_its_newest_messages(
+    embedder_on, make_session, owner, monkeypatch
+):
+    session = _talk(make_session, owner, "I keep bees.", "Nice.", "And hens.", "Great.")
+    monkeypatch.setattr(meaning, "TUNING", replace(meaning.TUNING, scan_cap=3))
+    meaning.messages_forget()
+    held = _scan(owner, "bees")
+    newest = Message.objects.filter(session=session, seq__gte=2).values_list("pk", flat=True)
+    assert set(held) == set(newest)
+
+
+def test_a_grown_session_is_read_again_from_its_newest_held_row(
+    embedder_on, make_session, owner, django_assert_max_num_queries
+):
+    session = _talk(make_session, owner, "I keep bees.", "Nice.")
+    _scan(owner, "bees")
+    services.message_append(session=session, role="user", content="And two hens.")
+    services.message_append(session=session, role="assistant", content="Lovely.")
+    vectors_write(owner_id=owner.pk, session_id=session.pk)  # rewrites "Nice." too
+    held = _scan(owner, "bees")
+    stored = meaning.nearest(Message.objects.filter(session=session), meaning.query_vector("bees"))
+    assert len(held) == 4
+    for pk, cosine in zip(stored.ids.tolist(), stored.cosines.tolist(), strict=True):
+        assert held[pk] == pytest.approx(cosine, abs=1e-5)
+    with django_assert_max_num_queries(1):  # nothing moved: the versions only
+        _scan(owner, "bees")
