@@ -319,7 +319,9 @@ def test_the_server_leaves_periodic_work_to_beat_when_a_broker_is_configured(hom
         log = server.log()
     assert "periodic work left to celery beat: a broker is configured" in log, log[-3000:]
     assert "periodic work started" not in log and not runs(log)
-    assert query(home, "SELECT count(*) FROM django_celery_beat_periodictask") == [(len(PERIODIC_TASKS),)]
+    assert query(home, "SELECT count(*) FROM django_celery_beat_periodictask") == [
+        (len(PERIODIC_TASKS),)
+    ]
     assert query(
         home, "SELECT count(*) FROM django_celery_beat_periodictask WHERE last_run_at IS NOT NULL"
     ) == [(0,)]
