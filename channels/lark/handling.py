@@ -1,10 +1,10 @@
 """Handling one stored Lark event: who said what, in which session, and the reply; and taking
 back the events whose worker died while answering them (lark_events_reclaim).
 
-The webhook stores an event and wakes the dispatcher (lark_events_dispatch), which queues a
-handling task per event. No message is left unanswered and none is answered twice: a worker
-claims an event with a
-conditional update (status received -> processing, claimed_at); the turn records the user
+The webhook stores an event and wakes the dispatcher (channels.lark.tasks.lark_events_dispatch),
+which queues a handling task per event. No message is left unanswered and none is answered
+twice: a worker claims an event with a conditional update (status received -> processing,
+claimed_at); the turn records the user
 message it stored on the event; the reply carries the event id as Lark's idempotency uuid, so
 Lark shows a second identical reply once only. An event still processing long after its claim
 (ETHAN_LARK_RECLAIM_SECONDS) is taken back by the periodic sweep, again with a conditional
@@ -50,9 +50,8 @@ from agent_app.turn import (
 from channels.lark.client import LarkClient, LarkError
 from channels.lark.messages import mentions_bot, message_text
 from channels.lark.streaming import CardLost, CardReply
-from channels.lark.tasks import DISPATCH_WAKE, lark_event_handle_task, lark_events_dispatch_task
 from channels.turns import Refusal, failure, refusal
-from ethan_site.queue import WAKE_SECONDS, coalesced_started, enqueue
+from ethan_site.queue import WAKE_SECONDS
 from sessions_app.models import ChatSession, Message
 from sessions_app.selectors import session_questions
 from sessions_app.services import SessionBusy, session_turn_release
@@ -158,34 +157,29 @@ DISPATCH_BATCH = 500
 GIVE_UP_AFTER = timedelta(days=1)
 
 
-def lark_events_dispatch() -> int:
-    """Queue one handling task for each stored event that has none yet; returns how many.
-
-    The webhook only stores an event and wakes this (once per burst: enqueue_coalesced), so
-    that publishing, the costliest part of an acknowledgement, happens here on a worker. Each
-    event still gets a task of its own, so the workers answer a burst side by side. An event
-    is marked queued by a conditional update: two dispatch runs never queue it twice."""
-    coalesced_started(DISPATCH_WAKE)
+def lark_events_mark_queued() -> tuple[list[int], bool]:
+    """Mark the stored events that have no task yet as queued, DISPATCH_BATCH at most: (the
+    events marked, whether more may be waiting). Each is marked by a conditional update, so two
+    dispatch runs never mark, and so queue, the same event twice. The dispatch task
+    (channels.lark.tasks) queues a handling task for each."""
     waiting = list(
         LarkEvent.objects.filter(status=LarkEvent.Status.RECEIVED, queued_at=None)
         .order_by("pk")
         .values_list("pk", flat=True)[:DISPATCH_BATCH]
     )
-    queued = 0
-    for pk in waiting:
-        if LarkEvent.objects.filter(pk=pk, queued_at=None).update(queued_at=timezone.now()):
-            enqueue(lark_event_handle_task, pk)
-            queued += 1
-    if len(waiting) == DISPATCH_BATCH:
-        enqueue(lark_events_dispatch_task)
-    return queued
+    marked = [
+        pk
+        for pk in waiting
+        if LarkEvent.objects.filter(pk=pk, queued_at=None).update(queued_at=timezone.now())
+    ]
+    return marked, len(waiting) == DISPATCH_BATCH
 
 
-def lark_events_requeue() -> int:
+def lark_events_unqueue_lost() -> bool:
     """For the sweep: events whose wake-up was lost (received, never queued, for longer than a
     wake-up is remembered) or whose task was (queued longer ago than ETHAN_LARK_RECLAIM_SECONDS
-    and never claimed) are queued again; those older than GIVE_UP_AFTER are marked failed.
-    Returns how many were queued."""
+    and never claimed) are marked unqueued, for the dispatch to queue again; those older than
+    GIVE_UP_AFTER are marked failed. Whether a dispatch is needed."""
     now = timezone.now()
     received = LarkEvent.objects.filter(status=LarkEvent.Status.RECEIVED)
     given_up = received.filter(received_at__lt=now - GIVE_UP_AFTER).update(
@@ -201,8 +195,7 @@ def lark_events_requeue() -> int:
     ).exists()
     if lost_task or lost_wake:
         log.warning("lark events left waiting (%d lost their task): queued again", lost_task)
-        return lark_events_dispatch()
-    return 0
+    return bool(lost_task or lost_wake)
 
 
 def lark_event_handle(*, event_pk: int) -> str:

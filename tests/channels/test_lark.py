@@ -363,7 +363,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
     assert published == [("channels.lark_dispatch", ())]
     assert lark.replies == []  # stored, not answered: that is the workers' part
 
-    from channels.lark.handling import lark_events_dispatch
+    from channels.lark.tasks import lark_events_dispatch
 
     assert lark_events_dispatch() == 3
     pks = sorted(LarkEvent.objects.values_list("pk", flat=True))
@@ -376,7 +376,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
 
 
 def test_the_sweep_queues_events_whose_wake_up_or_task_was_lost(lark, settings):
-    from channels.lark.handling import lark_events_requeue
+    from channels.lark.tasks import lark_events_requeue
 
     settings.ETHAN_LARK_RECLAIM_SECONDS = 600
     fresh = _waiting("ev-fresh", "just arrived")  # its dispatch may be on its way

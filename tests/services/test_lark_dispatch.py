@@ -78,7 +78,7 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
 def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatch):
     """Two dispatch runs at once (a burst woke a second before the first finished), on
     PostgreSQL: the conditional update on queued_at lets exactly one queue each event."""
-    from channels.lark import handling
+    from channels.lark import tasks
 
     pks = [
         LarkEvent.objects.create(
@@ -90,7 +90,7 @@ def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatc
         for n in range(60)
     ]
     queued: list[int] = []
-    monkeypatch.setattr(handling, "enqueue", lambda task, *args: queued.append(args[0]))
-    counts = all_at_once(handling.lark_events_dispatch, 2)
+    monkeypatch.setattr(tasks, "enqueue", lambda task, *args: queued.append(args[0]))
+    counts = all_at_once(tasks.lark_events_dispatch, 2)
     assert sorted(queued) == pks and sum(counts) == len(pks)
     assert not LarkEvent.objects.filter(queued_at=None).exists()
