@@ -11,6 +11,7 @@ import yaml
 from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.models import OwnerSettings
+from ethan_site.config import ConfigError, read_config_file
 from ethan_site.layout import Imported, LayoutError, storable
 from ethan_site.private import private_write_text
 
@@ -19,9 +20,6 @@ CONFIG = "config.yaml"
 
 def config_read(path: Path, notes: list[str]) -> dict[str, Any]:
     """config.yaml, with the same checks as at start-up (file and line on errors)."""
-    # ethan_site.config belongs to the composition root, not to the shared modules.
-    from ethan_site.config import ConfigError, read_config_file
-
     try:
         read_config_file(path)
         values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -17,15 +17,22 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from llm.client import complete
+from llm.offline import OfflineMemory
 from llm.registry import provider_entry
-from llm.routing import provider_for
+from llm.routing import OFFLINE, provider_for
 from llm.structured import complete_json
-from llm.text import person_words
-from llm.types import Message
+from llm.text import person_words, render_fold_input
+from llm.types import (
+    Consolidation,
+    ExtractedFact,
+    Extraction,
+    Message,
+    SessionsConsolidation,
+    Turn,
+)
 
 log = logging.getLogger(__name__)
 
@@ -179,54 +186,6 @@ def consolidate_sessions_schema(count: int) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class Turn:
-    """One thing said in the rounds, as memory work reads it."""
-
-    role: Literal["user", "assistant"]
-    text: str
-
-
-@dataclass(frozen=True)
-class ExtractedFact:
-    content: str
-    category: str
-    importance: float
-    action: str = "ADD"
-    # 1-based index into the `known` facts the call was shown (never a database id).
-    target: int | None = None
-    # The 1-based numbers of the turns it comes from, among the turns the call was given:
-    # the caller maps them back to stored messages (the fact's provenance).
-    turns: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Extraction:
-    facts: tuple[ExtractedFact, ...]
-    psych: tuple[str, ...]
-    # True when the model decided each fact's action against the known facts it was shown.
-    # False (the offline model): every fact is an ADD, and the caller's rules decide.
-    judged: bool = True
-
-
-@dataclass(frozen=True)
-class Consolidation:
-    """What one consolidating call gives: the summary of every turn it was shown, and the facts
-    (and feelings) of the turns from its `extract_from` on."""
-
-    summary: str
-    extraction: Extraction
-
-
-@dataclass(frozen=True)
-class SessionsConsolidation:
-    """What one call over several sessions gives: a summary per session, in their order, and
-    the facts of all of them (each fact's turns numbered across all the sessions' turns)."""
-
-    summaries: tuple[str, ...]
-    extraction: Extraction
-
-
 class MemoryModel(Protocol):
     """The memory work of one compression model."""
 
@@ -317,13 +276,6 @@ def render_sessions(sessions: Sequence[Sequence[Turn]]) -> str:
         transcript = render_transcript(turns, numbered=True, first=first)
         parts.append(f"## Conversation {number}\n{transcript}")
         first += len(turns)
-    return "\n\n".join(parts)
-
-
-def render_fold_input(*, rolling: str, summaries: Sequence[str]) -> str:
-    """`Earlier summary:` (when there is one) and `Newer summary n:` sections, blank-line apart."""
-    parts = [f"Earlier summary:\n{rolling.strip()}"] if rolling.strip() else []
-    parts += [f"Newer summary {n}:\n{text.strip()}" for n, text in enumerate(summaries, 1)]
     return "\n\n".join(parts)
 
 
@@ -452,9 +404,13 @@ class PromptedMemory:
 
 
 def memory_model(model: str) -> MemoryModel:
-    """The MemoryModel of `model`'s provider (llm.registry). ModelConfigError for an unknown
-    model id; a missing key is reported by the first call that needs it."""
-    return provider_entry(provider_for(model)).memory(model)
+    """The MemoryModel of `model`'s provider: a language model does memory work by being asked
+    (PromptedMemory), the offline model does it directly on the rounds (llm.offline).
+    ModelConfigError for an unknown model id; a missing key is reported by the first call that
+    needs it."""
+    provider = provider_for(model)
+    provider_entry(provider)  # a provider nobody registered: ModelConfigError
+    return OfflineMemory() if provider == OFFLINE else PromptedMemory(model)
 
 
 def summarize(*, model: str, rounds: Sequence[Message]) -> str:

@@ -52,14 +52,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm.errors import ModelError
-from llm.memory import (
-    Consolidation,
-    ExtractedFact,
-    Extraction,
-    SessionsConsolidation,
-    Turn,
-    render_fold_input,
-)
 from llm.offline_housekeeping import offline_task_answer
 from llm.provider import Request
 from llm.routing import OFFLINE
@@ -69,13 +61,27 @@ from llm.text import (
     language_of,
     overlap,
     person_words,
+    render_fold_input,
     sentences,
     statements,
     tells,
     tokenize,
 )
 from llm.tokens import estimate_tokens
-from llm.types import Completion, Message, StreamEnd, StreamEvent, TextDelta, ToolCall, Usage
+from llm.types import (
+    Completion,
+    Consolidation,
+    ExtractedFact,
+    Extraction,
+    Message,
+    SessionsConsolidation,
+    StreamEnd,
+    StreamEvent,
+    TextDelta,
+    ToolCall,
+    Turn,
+    Usage,
+)
 
 # --- memory instructions (chat) ----------------------------------------------------------------
 

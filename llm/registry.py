@@ -1,5 +1,5 @@
-"""Which code serves each provider: one table, name → how to build its chat adapter and its
-memory model.
+"""Which code serves each provider: one table, name → how to build its chat adapter (llm.memory
+chooses a provider's memory model from the same names).
 
 Every entry imports its module when it is first used, never at import time: a laptop on the
 offline model never loads the openai, anthropic or google-genai SDKs. A new provider is one
@@ -16,7 +16,6 @@ from llm.errors import ModelConfigError
 from llm.routing import ANTHROPIC, GEMINI, OFFLINE, OPENAI
 
 if TYPE_CHECKING:
-    from llm.memory import MemoryModel
     from llm.provider import Provider
 
 
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
 class ProviderEntry:
     # Builds the adapter that streams completions (imports its SDK).
     chat: Callable[[], Provider]
-    # The memory model (summarize, extract, fold) for one of the provider's model ids.
-    memory: Callable[[str], MemoryModel]
 
 
 def _openai() -> Provider:
@@ -52,25 +49,11 @@ def _offline() -> Provider:
     return OfflineProvider()
 
 
-def _prompted_memory(model: str) -> MemoryModel:
-    """A language model does memory work by being asked (llm.memory's prompts)."""
-    from llm.memory import PromptedMemory
-
-    return PromptedMemory(model)
-
-
-def _offline_memory(model: str) -> MemoryModel:
-    """The offline model does it directly, on the rounds themselves."""
-    from llm.offline import OfflineMemory
-
-    return OfflineMemory()
-
-
 PROVIDERS: dict[str, ProviderEntry] = {
-    OPENAI: ProviderEntry(chat=_openai, memory=_prompted_memory),
-    ANTHROPIC: ProviderEntry(chat=_anthropic, memory=_prompted_memory),
-    GEMINI: ProviderEntry(chat=_gemini, memory=_prompted_memory),
-    OFFLINE: ProviderEntry(chat=_offline, memory=_offline_memory),
+    OPENAI: ProviderEntry(chat=_openai),
+    ANTHROPIC: ProviderEntry(chat=_anthropic),
+    GEMINI: ProviderEntry(chat=_gemini),
+    OFFLINE: ProviderEntry(chat=_offline),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -695,3 +696,10 @@ def dated(text: str, *, said_at: datetime) -> str:
     return _RELATIVE_ZH_TIME.sub(
         lambda m: f"{m.group(0)}（{_zh_dated(m.group('w'), said_at)}）", text
     )
+
+
+def render_fold_input(*, rolling: str, summaries: Sequence[str]) -> str:
+    """`Earlier summary:` (when there is one) and `Newer summary n:` sections, blank-line apart."""
+    parts = [f"Earlier summary:\n{rolling.strip()}"] if rolling.strip() else []
+    parts += [f"Newer summary {n}:\n{text.strip()}" for n, text in enumerate(summaries, 1)]
+    return "\n\n".join(parts)

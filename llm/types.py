@@ -178,3 +178,54 @@ class StreamEnd:
 
 
 StreamEvent = TextDelta | StreamEnd
+
+
+# --- memory work's results (llm.memory, llm.offline) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One thing said in the rounds, as memory work reads it."""
+
+    role: Literal["user", "assistant"]
+    text: str
+
+
+@dataclass(frozen=True)
+class ExtractedFact:
+    content: str
+    category: str
+    importance: float
+    action: str = "ADD"
+    # 1-based index into the `known` facts the call was shown (never a database id).
+    target: int | None = None
+    # The 1-based numbers of the turns it comes from, among the turns the call was given:
+    # the caller maps them back to stored messages (the fact's provenance).
+    turns: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Extraction:
+    facts: tuple[ExtractedFact, ...]
+    psych: tuple[str, ...]
+    # True when the model decided each fact's action against the known facts it was shown.
+    # False (the offline model): every fact is an ADD, and the caller's rules decide.
+    judged: bool = True
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """What one consolidating call gives: the summary of every turn it was shown, and the facts
+    (and feelings) of the turns from its `extract_from` on."""
+
+    summary: str
+    extraction: Extraction
+
+
+@dataclass(frozen=True)
+class SessionsConsolidation:
+    """What one call over several sessions gives: a summary per session, in their order, and
+    the facts of all of them (each fact's turns numbered across all the sessions' turns)."""
+
+    summaries: tuple[str, ...]
+    extraction: Extraction
