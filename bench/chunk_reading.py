@@ -24,8 +24,8 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from bench.common import machine
-from bench.concurrent_streams import ModelProcess, raise_open_files
+from bench.common import machine, raise_open_files
+from bench.concurrent_streams import ModelProcess
 from bench.slow_model import WARM_UP, reply_text
 from llm import config, loop_clients
 from llm.openai_adapter import OpenAIProvider, _async_client, _client_args, _request_kwargs

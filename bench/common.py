@@ -7,6 +7,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -131,3 +132,12 @@ def run_per_database(
             database=", ".join(result["database"] for result in results),
         )
     return 0
+
+
+def raise_open_files() -> None:
+    """A thousand streams are two thousand sockets here (client and model) and more: the soft
+    limit on open files up to the hard one (bench.concurrent_streams, its model process
+    bench.slow_model, bench.chunk_reading)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -90,7 +90,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench.common import ROOT, percentile, run_per_database
+from bench.common import ROOT, percentile, raise_open_files, run_per_database
 from bench.first_delta import API_RATE, StreamTimes, read_events
 from bench.openai_compat import API, V1, read_chunks, stream_problem
 from bench.server import (
@@ -117,14 +117,6 @@ DRAIN_SECONDS = 15
 SERVERS = ("asgi", "gunicorn")
 ARRIVALS = ("burst", "spread")
 MB = 1024 * 1024
-
-
-def raise_open_files() -> None:
-    """A thousand streams are two thousand sockets here (client and model) and more: the soft
-    limit on open files up to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 # --- the model in a process of its own -------------------------------------------------------

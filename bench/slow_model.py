@@ -35,6 +35,8 @@ import sys
 import time
 from typing import Any
 
+from bench.common import raise_open_files
+
 MARKER = re.compile(r"\(#(\d+)\)")
 # The reply in pieces of 4 characters, as many as the pace asks for (reply_pieces).
 PIECE = "w{:03d}"
@@ -201,7 +203,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-seconds", type=float, default=10.0)
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    from bench.concurrent_streams import raise_open_files
 
     raise_open_files()
     model = SlowModel(
