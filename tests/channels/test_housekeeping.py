@@ -1,6 +1,6 @@
 """A chat app's housekeeping requests to /v1 (channels.openai.housekeeping): recognised by the
 app's own templates and layout, never a person's chat; answered offline in the shape the app
-parses (llm.offline_housekeeping); counted per app, kind and day (HousekeepingTally).
+parses (llm.offline.housekeeping); counted per app, kind and day (HousekeepingTally).
 
 The Open WebUI requests are the ones it really sent (tests/fixtures/clients/open-webui-0.12.4). The
 other templates are rebuilt here from each app's source, as the module's comments cite them."""
@@ -19,7 +19,7 @@ from django.utils import timezone
 from agent_app.models import HousekeepingTally
 from channels.openai.housekeeping import Housekeeping, housekeeping_of
 from channels.openai.housekeeping_tally import housekeeping_count
-from llm.offline_housekeeping import offline_task_answer
+from llm.offline.housekeeping import offline_task_answer
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "clients" / "open-webui-0.12.4"
 RECORDINGS = sorted(RECORDED.glob("*.json"))
