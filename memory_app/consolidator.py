@@ -26,8 +26,7 @@ from django.utils import timezone
 
 import llm
 from llm import memory as llm_memory
-from llm.offline import fact_slot
-from llm.text import dated, terms
+from llm.text import dated, fact_slot, terms
 from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
 from memory_app import selectors, services
@@ -224,7 +223,7 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
     - the same words (ignoring case, spacing, punctuation) as an active fact → NONE
       (the fact is reinforced);
     - the same slot as a fact with another value (where the person lives, whom they work
-      for, what they work as: llm.offline.fact_slot) → SUPERSEDE that fact: "I moved to
+      for, what they work as: llm.text.fact_slot) → SUPERSEDE that fact: "I moved to
       Porto" replaces "I live in Lisbon";
     - a correction sharing at least 20% of its terms with a fact → SUPERSEDE that fact;
     - otherwise at least 60% shared terms (Jaccard) → UPDATE (the same fact, reworded);

@@ -39,7 +39,7 @@ themselves, never from a prompt:
   fact; it reads only the person's words (llm.text.person_words, through llm.memory.turns_of),
   and writes facts in the third person in both languages ("The user lives in Lisbon", "用户住在
   杭州"); the consolidator dates their relative times (llm.text.dated). It does not judge
-  against known facts: the consolidator's rules do (with fact_slot: "I moved to Porto"
+  against known facts: the consolidator's rules do (with llm.text.fact_slot: "I moved to Porto"
   supersedes "I live in Lisbon").
 """
 
@@ -49,12 +49,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from llm.offline.chat import OfflineProvider, memory_context_facts
-from llm.offline.facts import extract, fact_slot
+from llm.offline.facts import extract
 from llm.offline.summary import fold, summarize
 from llm.text import language_of, render_fold_input
 from llm.types import Consolidation, Extraction, SessionsConsolidation, Turn
 
-__all__ = ["OfflineMemory", "OfflineProvider", "fact_slot", "memory_context_facts"]
+__all__ = ["OfflineMemory", "OfflineProvider", "memory_context_facts"]
 
 
 class OfflineMemory:

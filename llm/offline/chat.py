@@ -18,7 +18,6 @@ from llm.offline.facts import (
     about_user,
     categorise,
     clean,
-    fact_slot,
     first,
 )
 from llm.offline.housekeeping import offline_task_answer
@@ -26,6 +25,7 @@ from llm.offline.summary import SUMMARY_PREFIX
 from llm.provider import Request
 from llm.routing import OFFLINE
 from llm.text import (
+    fact_slot,
     is_question,
     is_request,
     language_of,

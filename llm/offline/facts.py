@@ -1,5 +1,5 @@
 """The offline model's reading of what the person said: the patterns that find a fact in a
-sentence (with its category and confidence), the slot a fact fills (fact_slot), and the third
+sentence (with its category and confidence), and the third
 person facts are written in. Its extraction (extract) is OfflineMemory's (llm.offline)."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from llm.text import (
     is_request,
     language_of,
     sentences,
-    tokenize,
 )
 from llm.types import (
     ExtractedFact,
@@ -119,79 +118,6 @@ FACT_RULES = (
         ),
     ),
 )
-# The slots a person has one value of at a time: where they live, whom they work for, what they
-# work as. A fact about the same slot with another value is news that replaces the old fact
-# ("I moved to Porto" after "I live in Lisbon"): memory_app.consolidator.decide_offline
-# supersedes it. The subject is the person (a fact about_user wrote, "The user …", or a
-# model's "用户…"), never someone else ("my sister lives in Paris"); plans are not slots
-# ("I'm moving to Porto next month" is a decision, not yet where they live).
-_SLOT_SUBJECT_EN = (
-    r"^(?:user\s*[:：]\s*)?(?:the user|user|i|you)(?:['’](?:ve|m|re))?\s+"
-    r"(?:(?:now|currently|still|just|recently|finally|also|have|has|had|am|is|are)\s+)*"
-)
-_SLOT_SUBJECT_ZH = r"^(?:用户|我)(?:现在|目前|已经|刚刚?|最近|去年|上个月|今年)*"
-_SLOT_VALUE_EN = r"\s+(?P<v>.+)"
-_SLOTS = (
-    (
-        "residence",
-        re.compile(
-            _SLOT_SUBJECT_EN
-            + r"(?:live|lives|living|moved|relocated)\s+(?:in|to)"
-            + _SLOT_VALUE_EN,
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "residence",
-        re.compile(_SLOT_SUBJECT_ZH + r"(?:住在|搬到了?|搬去了?|搬家到|定居在?)(?P<v>.+)"),
-    ),
-    (
-        "employer",
-        re.compile(
-            _SLOT_SUBJECT_EN + r"(?:(?:work|works|working)\s+(?:at|for)|joined|"
-            r"an?\s+(?:[\w-]+\s+){1,4}?(?:at|for)|"
-            r"(?:started|began)\s+(?:working\s+)?(?:at|for)|got\s+a\s+(?:new\s+)?job\s+at)"
-            + _SLOT_VALUE_EN,
-            re.IGNORECASE,
-        ),
-    ),
-    (
-        "employer",
-        re.compile(
-            _SLOT_SUBJECT_ZH + r"(?:在(?P<v>[^，,。]{1,20}?)(?:工作|上班)|入职了?(?P<w>.+))"
-        ),
-    ),
-    (
-        "occupation",
-        re.compile(
-            _SLOT_SUBJECT_EN + r"(?:work|works|working)\s+as" + _SLOT_VALUE_EN, re.IGNORECASE
-        ),
-    ),
-    ("occupation", re.compile(_SLOT_SUBJECT_ZH + r"(?:的(?:工作|职业)是|是一名|当上了)(?P<v>.+)")),
-)
-# Where a slot's value ends: "Lisbon with my wife", "Porto since May", "上海了".
-_SLOT_VALUE_END = re.compile(
-    r"\s+(?:with|since|for|last|now|near|and|but|because|in|at|from|next|this|when|where|"
-    r"which|who|as|after|before)\b|[,.;:!?，。；：！？、了的]",
-    re.IGNORECASE,
-)
-
-
-def fact_slot(fact: str) -> tuple[str, tuple[str, ...]] | None:
-    """The slot a fact about the person fills and its value, as search words: "User: I live in
-    Lisbon" → ("residence", ("lisbon",)), "用户搬到了波尔图" → ("residence", ("波尔图",)),
-    "The user works at Acme" → ("employer", ("acm",)); None for any other fact."""
-    text = clean(fact)
-    for slot, pattern in _SLOTS:
-        match = pattern.search(text)
-        if match:
-            said = next(v for v in match.groups() if v)
-            value = tuple(tokenize(_SLOT_VALUE_END.split(said, maxsplit=1)[0]))
-            if value:
-                return slot, value
-    return None
-
-
 _STRONG_PREFIX = re.compile(
     rf"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^\s*{REMEMBER_EN}(?:\s+that)?[:,]?\s*",
     re.IGNORECASE,

@@ -612,6 +612,6 @@ def test_leaving_for_now_is_no_plan(said):
     ],
 )
 def test_the_slot_a_fact_about_the_person_fills(fact, slot):
-    from llm.offline import fact_slot
+    from llm.text import fact_slot
 
     assert fact_slot(fact) == slot
