@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from django.utils import timezone
 
 import llm
-from embedder import embedder_name
 from episodes_app.keywords import keywords_for
 from episodes_app.models import Episode
 from llm import memory as llm_memory
@@ -39,24 +38,8 @@ def episodes_embed(*, owner_id: int, limit: int = 256) -> int:
     """Write the vectors of the owner's episodes that have none of the configured embedder's,
     at most `limit`; how many were written. An episode rewritten meanwhile (its session
     resumed and ended again) is left for the next pass."""
-    name = embedder_name()
-    if name is None:
-        return 0
-    rows = list(
-        meaning.pending(Episode.objects.filter(owner_id=owner_id), name)
-        .order_by("pk")
-        .values_list("pk", "summary", "keywords")[:limit]
-    )
-    found = meaning.vectors_of([episode_text(summary, keywords) for _pk, summary, keywords in rows])
-    if found is None or not rows:
-        return 0
-    name, vectors = found
-    return meaning.rows_write(
-        Episode,
-        {pk: vectors[at] for at, (pk, _summary, _keywords) in enumerate(rows)},
-        name,
-        unchanged={pk: {"summary": summary} for pk, summary, _keywords in rows},
-    )
+    episodes = Episode.objects.filter(owner_id=owner_id).order_by("pk")
+    return meaning.pending_embed(episodes, ["summary", "keywords"], episode_text, limit=limit)
 
 
 def episodes_reindex(*, batch: int) -> Iterator[ReindexStep]:

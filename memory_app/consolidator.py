@@ -558,8 +558,9 @@ def fact_vectors(extraction: llm_memory.Extraction | None) -> dict[str, tuple[st
 def facts_embed_new(*, owner_id: int) -> None:
     """After a transaction that stored facts: their vectors, so the next batch's facts can find
     them as twins (the background's pass would write them after the whole consolidation)."""
-    while services.facts_embed(owner_id=owner_id) == services.EMBED_BATCH:
-        pass
+    written = services.EMBED_BATCH
+    while written == services.EMBED_BATCH:  # a full batch: there may be more
+        written = services.facts_embed(owner_id=owner_id)
 
 
 def _said_at(sources: list[Message]):

@@ -13,7 +13,6 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from embedder import embedder_name
 from ethan_site.limits import (
     FACT_MAX_CHARS,
     RULE_CONTEXT_MAX_CHARS,
@@ -58,26 +57,13 @@ EMBED_BATCH = 256
 def facts_embed(*, owner_id: int, limit: int = EMBED_BATCH) -> int:
     """Write the vectors of the owner's facts that have none of the configured embedder's
     (active ones first, then the rest, which an undo can bring back), at most `limit`; how many
-    were written. A fact edited meanwhile is left for the next pass (meaning.rows_write)."""
-    name = embedder_name()
-    if name is None:
-        return 0
-    rows = meaning.pending(Fact.objects.filter(owner_id=owner_id), name)
-    rows = list(
-        rows.annotate(inactive=~Q(status=Fact.Status.ACTIVE))
+    were written. A fact edited meanwhile is left for the next pass."""
+    facts = (
+        Fact.objects.filter(owner_id=owner_id)
+        .annotate(inactive=~Q(status=Fact.Status.ACTIVE))
         .order_by("inactive", "pk")
-        .values_list("pk", "content")[:limit]
     )
-    found = meaning.vectors_of([content for _pk, content in rows])
-    if found is None or not rows:
-        return 0
-    name, vectors = found
-    return meaning.rows_write(
-        Fact,
-        {pk: vectors[at] for at, (pk, _content) in enumerate(rows)},
-        name,
-        unchanged={pk: {"content": content} for pk, content in rows},
-    )
+    return meaning.pending_embed(facts, ["content"], lambda content: content, limit=limit)
 
 
 def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -539,6 +539,29 @@ def rows_write(
             embedding=embedder.to_blob(vector), embedding_model=name
         )
     return written
+
+
+def pending_embed(
+    rows: QuerySet, fields: Sequence[str], text_of: Callable[..., str], *, limit: int
+) -> int:
+    """Write the vectors of `rows` (in their order) that have none of the configured embedder's,
+    at most `limit`; each row's text is text_of(*its `fields`). A row whose first field changed
+    since it was read (a fact edited, an episode rewritten) is left for the next pass
+    (rows_write). How many were written; 0 when the embedder is off or nothing is pending."""
+    name = embedder.embedder_name()
+    if name is None:
+        return 0
+    read = list(pending(rows, name).values_list("pk", *fields)[:limit])
+    found = vectors_of([text_of(*row[1:]) for row in read]) if read else None
+    if found is None:
+        return 0
+    name, vectors = found
+    return rows_write(
+        rows.model,
+        {row[0]: vectors[at] for at, row in enumerate(read)},
+        name,
+        unchanged={row[0]: {fields[0]: row[1]} for row in read},
+    )
 
 
 def pending(rows: QuerySet, name: str) -> QuerySet:
