@@ -259,7 +259,9 @@ def test_sigterm_during_a_stream_lets_it_finish_and_takes_nothing_new(served, pa
     while True:
         try:
             server.request("GET", "/healthz")
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ConnectionResetError):
+            # Refused once the socket is closed; reset when the kernel had queued the
+            # connection in the backlog just as the server closed it. Neither is served.
             break
         assert time.monotonic() < deadline, "the server still takes new connections"
         time.sleep(0.05)
