@@ -24,6 +24,23 @@ NEAR = 0.95  # above TWIN_COSINE: only the guards decide
         # whom it is about
         ("Gina supports Jon.", "Jon is grateful for Gina's support.", False),
         ("Melanie values her friendship with Caroline.", "Caroline values Melanie.", False),
+        # the direction of a relation (LoCoMo half B, 0.916)
+        (
+            "Calvin is determined to make his dreams come true and appreciates Dave's support.",
+            "Calvin acknowledges Dave's guts and ambition and supports him in his dreams.",
+            False,
+        ),
+        ("The user thanks Ana for her help.", "The user helped Ana.", False),
+        (
+            "John appreciates Tim's support and says he will keep pushing.",
+            "John appreciates Tim's support and feels motivated by it.",
+            True,
+        ),
+        (
+            "Joanna is grateful for Nate's support and encouragement.",
+            "Joanna appreciates Nate's support and expresses her gratitude for it.",
+            True,
+        ),
         # a number, a name, a negation
         ("The user is 22 years old.", "The user is 23 years old.", False),
         ("The user has a dog named Max.", "The user has a dog named Rex.", False),
