@@ -51,7 +51,7 @@ from agent_app.vectors import vectors_for_owner
 from ethan_site.queue import enqueue, ethan_task, run_deferred
 from llm.memory import CONSOLIDATE_SYSTEM
 from llm.tokens import estimate_tokens
-from memory_app.working import MemoryConfig, memory_config
+from memory_app.working import MemoryConfig, memory_config, work_due
 from sessions_app.imports.export import CONVERSATIONS, ExportError
 from sessions_app.imports.services import ImportReport, export_import
 from sessions_app.models import ChatSession, ImportRun, Message
@@ -111,13 +111,27 @@ def _count(number: int, noun: str) -> str:
 
 
 def session_calls(rounds: int, config: MemoryConfig) -> int:
-    """Compression-model calls session_learn makes on a session of `rounds` rounds alone: a call per
-    compress batch that left the hot zone, a fold once the warm zone is full, and its end."""
+    """Compression-model calls session_learn makes on a session of `rounds` rounds alone: the
+    consolidator's steps as the due rule names them (memory_app.working.work_due: a call per
+    compress batch that left the hot zone, a fold once the warm zone is full), and its end."""
     if rounds < 1:
         return 0
-    batches = max(0, (rounds - config.hot_size) // config.compress_batch)
-    folds = 1 if batches * config.compress_batch >= config.warm_capacity else 0
-    return batches + folds + 1
+    calls = compressed = folded = 0
+    while (
+        work := work_due(
+            round_count=rounds,
+            compressed=compressed,
+            extracted=compressed,
+            folded=folded,
+            config=config,
+        )
+    ) is not None:
+        calls += 1
+        if work == "compress":
+            compressed += config.compress_batch
+        else:  # a fold: an import's sessions are extracted with their batches
+            folded = compressed
+    return calls + 1
 
 
 def learning_estimate(*, owner: AbstractBaseUser) -> LearningEstimate:

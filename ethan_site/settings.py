@@ -291,6 +291,9 @@ ETHAN_MEMORY_COMPRESS_BATCH = _config.positive("ETHAN_MEMORY_COMPRESS_BATCH", 5)
 ETHAN_MEMORY_WARM_CAPACITY = _config.positive("ETHAN_MEMORY_WARM_CAPACITY", 20)
 ETHAN_MEMORY_END_BATCH_ROUNDS = _config.positive("ETHAN_MEMORY_END_BATCH_ROUNDS", 4)
 ETHAN_MEMORY_END_WAIT_MINUTES = _config.positive("ETHAN_MEMORY_END_WAIT_MINUTES", 60)
+# A worker claims a session's memory work before calling the model, for this long, renewed
+# before each call: more than one call with its retries (memory_app.claims).
+ETHAN_MEMORY_CLAIM_SECONDS = _config.positive("ETHAN_MEMORY_CLAIM_SECONDS", 300)
 # Which facts go into <memory_context>: "relevance" (the default: confidence blended with how
 # well each fact matches the message, docs/memory.md) or "seed" (the design's pure order).
 ETHAN_INJECTION = _config.choice("ETHAN_INJECTION", "relevance", ("relevance", "seed"))

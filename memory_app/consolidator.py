@@ -6,11 +6,13 @@ summary and its facts together (llm.memory.consolidate), and a session's end ext
 left, the hot zone (consolidation_finish, with the episode's summary in the same call). Once
 the warm summaries cover warm_capacity rounds they fold into the rolling summary.
 
-Safe to run twice and to race: every model call happens first, outside any transaction; then
-one transaction moves a cursor of the session's WorkingState with a conditional UPDATE
-(WHERE cursor = the value read) and writes the result only if that UPDATE claimed the row. A
-second worker, or a redelivered task, finds the cursor moved and writes nothing. A model
-outage raises before any write, so the cursors stay and the work is done on the next run.
+What is due is one rule, memory_app.working.work_due. Safe to run twice and to race: a worker
+first claims the session's memory work (memory_app.claims), so a second worker, or a
+redelivered task, makes no model call while the first holds it. Every model call happens
+outside any transaction; then one transaction moves a cursor of the session's WorkingState with
+a conditional UPDATE (WHERE cursor = the value read) and writes the result only if that UPDATE
+moved it: stored exactly once, even when a claim ran out mid-call. A model outage raises before
+any write, so the cursors stay and the work is done on the next run.
 """
 
 from __future__ import annotations
@@ -30,9 +32,15 @@ from llm.text import dated, fact_slot, terms
 from llm.types import Message as LLMMessage
 from memory_app import confidence as rules
 from memory_app import selectors, services
+from memory_app.claims import memory_work_claimed
 from memory_app.models import Fact, Summary, WorkingState
 from memory_app.normalize import content_key
-from memory_app.working import MemoryConfig, memory_config, sessions_consolidation_due
+from memory_app.working import (
+    MemoryConfig,
+    memory_config,
+    sessions_consolidation_due,
+    work_due,
+)
 from profile_app.services import profile_apply_extraction
 from sessions_app import meaning
 from sessions_app.models import ChatSession, Message
@@ -64,20 +72,47 @@ def compression_model(session: ChatSession) -> str:
 def consolidation_run(
     *, session_id: str, config: MemoryConfig | None = None
 ) -> ConsolidationReport:
-    """Compress (and extract) every batch that is due and fold a full warm zone. A session's
-    end (its episode and the facts of its last rounds) is agent_app.lifecycle's, batched with
-    the person's other ends (memory_app.working.ends_due)."""
+    """Do the memory work the session has (memory_app.working.work_due) until none is left:
+    compress (and extract) every batch that left the hot zone, fold a full warm zone. A
+    session's end (its episode and the facts of its last rounds) is agent_app.lifecycle's,
+    batched with the person's other ends (memory_app.working.ends_due). Under a claim
+    (memory_app.claims): a run that finds another worker on the session leaves it to that one,
+    which looks for work again once it lets go."""
     report = ConsolidationReport()
     session = ChatSession.objects.select_related("owner").filter(pk=session_id).first()
     if session is None:
         return report  # deleted since the task was queued
     config = config or memory_config()
-    WorkingState.objects.get_or_create(session=session)
-    while _compress_next(session, config, report):
-        pass
-    while _fold_if_due(session, config, report):
-        pass
+    while _work_next(session, config) is not None:
+        with memory_work_claimed([session.pk]) as claim:
+            if not claim.held:
+                log.info("%s: its memory work is another worker's", session.pk)
+                return report
+            while claim.renew() and (work := _work_next(session, config)) is not None:
+                state = _state(session)
+                STEPS[work](session, state, config, report)
+                if _cursors(_state(session)) == _cursors(state):
+                    log.warning("%s: %s moved no cursor; left for the next run", session.pk, work)
+                    return report
+        # Work that came in while we held the claim, after our last look, was left to us by
+        # the worker that found the session claimed: look again now that it is free.
     return report
+
+
+def _work_next(session: ChatSession, config: MemoryConfig) -> str | None:
+    session.refresh_from_db(fields=["round_count"])
+    state = WorkingState.objects.filter(session=session).first()
+    return work_due(
+        round_count=session.round_count,
+        compressed=state.compressed_through if state else 0,
+        extracted=state.extracted_through if state else 0,
+        folded=state.folded_through if state else 0,
+        config=config,
+    )
+
+
+def _cursors(state: WorkingState) -> tuple[int, int, int]:
+    return state.compressed_through, state.extracted_through, state.folded_through
 
 
 def consolidation_catch_up() -> int:
@@ -130,19 +165,19 @@ class SaidRounds:
         return sum(1 for number in self.rounds if number <= last_round)
 
 
-def _compress_next(session: ChatSession, config: MemoryConfig, report: ConsolidationReport) -> bool:
+def _extract_lagging(
+    session: ChatSession, state: WorkingState, config: MemoryConfig, report: ConsolidationReport
+) -> None:
+    """Rounds compressed before extraction went with the batches: extract them."""
+    _extract_through(session, report, start=state.extracted_through, end=state.compressed_through)
+
+
+def _compress_next(
+    session: ChatSession, state: WorkingState, config: MemoryConfig, report: ConsolidationReport
+) -> None:
     """Summarise the next compress_batch rounds that left the hot zone and, in the same call,
-    extract the facts of those not extracted yet. True if a cursor moved (by us or by a
-    racing worker), so there may be more to do."""
-    session.refresh_from_db(fields=["round_count"])
-    state = _state(session)
+    extract the facts of those not extracted yet."""
     start, extracted = state.compressed_through, state.extracted_through
-    if extracted < start:
-        # Compressed before extraction went with the batches: those rounds first.
-        return _extract_through(session, report, start=extracted, end=start)
-    left_hot = session.round_count - config.hot_size
-    if left_hot - start < config.compress_batch:
-        return False
     end = start + config.compress_batch
     model = compression_model(session)
     said = SaidRounds.read(session, first=start + 1, last=end)
@@ -173,7 +208,7 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
             log.info(
                 "%s: rounds %d-%d were summarised by another worker", session.pk, start + 1, end
             )
-            return True
+            return
         Summary.objects.create(
             session=session, first_round=start + 1, last_round=end, text=text, model=model
         )
@@ -184,7 +219,6 @@ def _compress_next(session: ChatSession, config: MemoryConfig, report: Consolida
     if extraction is not None:
         facts_embed_new(owner_id=session.owner_id)
     report.summaries += 1
-    return True
 
 
 def _companion(session: ChatSession) -> bool:
@@ -326,13 +360,11 @@ def _apply_fact(
     return "add" if new.hit_count == 1 else "reinforce"
 
 
-def _fold_if_due(session: ChatSession, config: MemoryConfig, report: ConsolidationReport) -> bool:
-    """Once the warm summaries cover warm_capacity rounds: fold them into the rolling summary.
-    True if the cursor moved."""
-    state = _state(session)
+def _fold(
+    session: ChatSession, state: WorkingState, config: MemoryConfig, report: ConsolidationReport
+) -> None:
+    """The warm summaries cover warm_capacity rounds: fold them into the rolling summary."""
     start, end = state.folded_through, state.compressed_through
-    if end - start < config.warm_capacity:
-        return False
     warm = list(
         Summary.objects.filter(
             session=session, first_round__gt=start, folded=False, last_round__lte=end
@@ -349,10 +381,13 @@ def _fold_if_due(session: ChatSession, config: MemoryConfig, report: Consolidati
         )
         if claimed != 1:
             log.info("%s: rounds %d-%d were folded by another worker", session.pk, start + 1, end)
-            return True
+            return
         Summary.objects.filter(pk__in=[summary.pk for summary in warm]).update(folded=True)
     report.folds += 1
-    return True
+
+
+# The step that does each kind of work memory_app.working.work_due names.
+STEPS = {"extract": _extract_lagging, "compress": _compress_next, "fold": _fold}
 
 
 def _extract_through(
@@ -438,6 +473,23 @@ def consolidation_finish(
     Exactly once under kills and retries: the facts are stored in the transaction that moves
     extracted_through, and a second run finds nothing left to extract."""
     report = report or ConsolidationReport()
+    # A consolidation running on the session is waited for: its batch first, then the end.
+    with memory_work_claimed([session.pk], wait=True) as claim:
+        if not claim.held:
+            log.warning(
+                "%s: its end waits for another worker's claim; left for the sweep", session.pk
+            )
+            return None
+        return _finish(session, episode_first, earlier_summary, report, record_episode)
+
+
+def _finish(
+    session: ChatSession,
+    episode_first: int | None,
+    earlier_summary: str,
+    report: ConsolidationReport,
+    record_episode: EpisodeRecord | None,
+) -> str | None:
     session.refresh_from_db(fields=["round_count"])
     state, _ = WorkingState.objects.get_or_create(session=session)
     start, end = state.extracted_through, session.round_count
@@ -497,9 +549,19 @@ def consolidation_finish_sessions(
     session's rounds (extracted_through from 0 to its round count); a session another worker
     claimed first gets nothing from this run, neither facts nor episode."""
     report = report or ConsolidationReport()
+    with memory_work_claimed([session.pk for session in sessions]) as claim:
+        # A session another worker is ending is left to it.
+        held = [session for session in sessions if session.pk in claim.held]
+        if not held:
+            return []
+        return _finish_sessions(held, report, record_episode)
+
+
+def _finish_sessions(
+    sessions: list[ChatSession], report: ConsolidationReport, record_episode: EpisodeRecord | None
+) -> list[ChatSession]:
     for session in sessions:
         session.refresh_from_db(fields=["round_count"])
-        WorkingState.objects.get_or_create(session=session)
     saids = [SaidRounds.read(session, first=1, last=session.round_count) for session in sessions]
     every = [message for said in saids for message in said.messages()]
     known = _known_facts(sessions[0], every)

@@ -171,6 +171,11 @@ class WorkingState(models.Model):
     folded_through = models.PositiveIntegerField(default=0)
     rolling_summary = models.TextField(blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Who is doing this session's memory work now, until when (memory_app.claims): taken before
+    # the model is called, so two workers never pay for the same call; the cursors above still
+    # decide what is stored, exactly once, should a claim run out mid-call.
+    claimed_by = models.CharField(max_length=32, blank=True, default="")
+    claimed_until = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
 from llm.types import Message as LLMMessage
@@ -182,43 +183,80 @@ def context_assemble(
     return context + parts.rounds
 
 
+def _due_rules(*, round_count, compressed, extracted, folded, config: MemoryConfig):
+    """The one rule of what memory work a session has, as (work, left, right): the work is due
+    when left >= right. Written once over operands that are numbers (work_due) or query
+    expressions (sessions_consolidation_due), so the turn, the consolidator and the sweep
+    cannot disagree. In the order the consolidator does them:
+
+    - extraction lags behind compression (rounds compressed before extraction went with the
+      batches): those rounds first;
+    - a compress batch left the hot zone (its one call also extracts its facts);
+    - the warm zone covers warm_capacity rounds: they fold into the rolling summary.
+
+    A session's end is the other rule, ends_due."""
+    return (
+        ("extract", compressed, extracted + 1),
+        ("compress", round_count, compressed + config.hot_size + config.compress_batch),
+        ("fold", compressed, folded + config.warm_capacity),
+    )
+
+
+def work_due(
+    *,
+    round_count: int,
+    compressed: int,
+    extracted: int,
+    folded: int,
+    config: MemoryConfig | None = None,
+) -> str | None:
+    """The memory work a session of these counts and cursors has next ("extract", "compress",
+    "fold"), or None: a pure function, the rule of _due_rules."""
+    rules = _due_rules(
+        round_count=round_count,
+        compressed=compressed,
+        extracted=extracted,
+        folded=folded,
+        config=config or memory_config(),
+    )
+    return next((work for work, left, right in rules if left >= right), None)
+
+
 def consolidation_due(
     *, session: ChatSession, state: WorkingState | None, config: MemoryConfig | None = None
 ) -> bool:
     """Whether the consolidator has work on this session now, from what the turn has read
-    already: no query, and no task queued for nothing. The one rule of the live path and the
-    catch-up sweep (sessions_consolidation_due says it as a query); what is missed (a worker
-    down) the sweep finds. Work is due when
-
-    - a compress batch left the hot zone (its one call also extracts its facts),
-    - the warm zone covers warm_capacity rounds (they fold into the rolling summary), or
-    - extraction lags behind compression (a session consolidated before extraction went with
-      the batches).
-
-    A session's end is the other rule, ends_due."""
-    config = config or memory_config()
-    compressed = state.compressed_through if state is not None else 0
-    extracted = state.extracted_through if state is not None else 0
-    folded = state.folded_through if state is not None else 0
+    already: no query, and no task queued for nothing. What is missed (a worker down) the
+    catch-up sweep finds (sessions_consolidation_due)."""
     return (
-        session.round_count >= compressed + config.hot_size + config.compress_batch
-        or compressed >= folded + config.warm_capacity
-        or extracted < compressed
+        work_due(
+            round_count=session.round_count,
+            compressed=state.compressed_through if state is not None else 0,
+            extracted=state.extracted_through if state is not None else 0,
+            folded=state.folded_through if state is not None else 0,
+            config=config,
+        )
+        is not None
     )
 
 
 def sessions_consolidation_due(sessions: QuerySet, *, config: MemoryConfig | None = None):
-    """The sessions of `sessions` consolidation_due holds due, in one query: the same three
-    conditions over the same cursors (a session with no working state has them at 0)."""
-    config = config or memory_config()
+    """The sessions of `sessions` work_due holds due, in one query: _due_rules over the
+    session's cursors as expressions (0 with no working state)."""
     cursors = {
-        name: Coalesce(F(f"working_state__{name}"), Value(0))
-        for name in ("compressed_through", "extracted_through", "folded_through")
+        name: Coalesce(F(f"working_state__{name}_through"), Value(0))
+        for name in ("compressed", "extracted", "folded")
     }
+    rules = _due_rules(
+        round_count=F("round_count"),
+        **{name: F(f"due_{name}") for name in cursors},
+        config=config or memory_config(),
+    )
+    due = Q()
+    for _work, left, right in rules:
+        due |= Q(GreaterThanOrEqual(left, right))
     return sessions.annotate(**{f"due_{name}": value for name, value in cursors.items()}).filter(
-        Q(round_count__gte=F("due_compressed_through") + config.hot_size + config.compress_batch)
-        | Q(due_compressed_through__gte=F("due_folded_through") + config.warm_capacity)
-        | Q(due_extracted_through__lt=F("due_compressed_through"))
+        due
     )
 
 

@@ -307,8 +307,9 @@ def test_a_lone_short_chat_is_finished_by_the_sweep_once_it_has_waited(
 def test_a_batch_call_stores_nothing_of_a_session_another_worker_finished(
     owner, fakes, monkeypatch
 ):
-    """While one worker's call runs, another finishes one of its sessions: the first stores
-    the other session's facts and episode only, so every fact exists exactly once."""
+    """While one worker's call runs past its claim (slower than ETHAN_MEMORY_CLAIM_SECONDS),
+    another takes the claim and finishes one of its sessions: the first stores the other
+    session's facts and episode only, so every fact exists exactly once."""
     from agent_app import lifecycle
     from llm import memory as llm_memory
 
@@ -319,6 +320,7 @@ def test_a_batch_call_stores_nothing_of_a_session_another_worker_finished(
 
     def racing(**kwargs):
         answer = real(**kwargs)
+        WorkingState.objects.update(claimed_until=timezone.now() - timedelta(seconds=1))
         lifecycle.session_episode_write(session_id=first.pk)  # the other worker, first
         return answer
 
@@ -334,6 +336,37 @@ def test_a_batch_call_stores_nothing_of_a_session_another_worker_finished(
         first.pk: "摘要1",
         second.pk: "会话摘要2",
     }
+
+
+@pytest.mark.django_db
+def test_a_worker_finding_the_sessions_claimed_makes_no_call(owner, fakes, monkeypatch):
+    """Claim first (issue 42): while one worker's call for two ends runs, a second worker
+    ending the same person's sessions finds them claimed and calls no model; the first stores
+    everything once."""
+    from agent_app import lifecycle
+    from llm import memory as llm_memory
+
+    fakes["openai"].fake.responder = MiniModel()
+    first = _chat(owner, "I live in Lisbon.", "ok", ended_minutes_ago=2)
+    second = _chat(owner, "My dog is called Max.", "fine", ended_minutes_ago=1)
+    real = llm_memory.consolidate_sessions
+    calls = []
+
+    def counted(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            assert lifecycle.sessions_end_write(owner_id=owner.pk) == 0  # the second worker
+        return real(**kwargs)
+
+    monkeypatch.setattr(llm_memory, "consolidate_sessions", counted)
+    assert lifecycle.sessions_end_write(owner_id=owner.pk) == 2
+    assert len(calls) == 1
+    assert Fact.objects.count() == 4
+    assert sorted(Episode.objects.values_list("session_ref", flat=True)) == sorted(
+        [first.pk, second.pk]
+    )
+    # Let go on every path: nothing is left claimed.
+    assert not WorkingState.objects.exclude(claimed_by="").exists()
 
 
 @pytest.mark.django_db

@@ -652,3 +652,69 @@ def test_a_resumed_session_extracts_each_round_once_across_its_end(owner, llm_co
     assert Fact.objects.get(content="用户更喜欢简短的回答").sources.get().content == (
         "我更喜欢简短的回答。"
     )
+
+
+def test_a_second_worker_finds_the_session_claimed_and_calls_no_model(
+    owner, llm_config, monkeypatch
+):
+    """Claim first (issue 42): while one worker's model call runs, a second run on the same
+    session (a redelivered task, the sweep) pays for no call; the first stores the batch once."""
+    session = _rounds(owner, ["我住在成都。", "第1轮", "第2轮"])
+    config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=100)
+    real_consolidate = consolidator.llm_memory.consolidate
+    calls = []
+
+    def consolidate_while_a_second_worker_comes(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            second = consolidation_run(session_id=session.pk, config=config)
+            assert (second.summaries, second.extractions) == (0, 0)
+        return real_consolidate(**kwargs)
+
+    monkeypatch.setattr(
+        consolidator.llm_memory, "consolidate", consolidate_while_a_second_worker_comes
+    )
+    report = consolidation_run(session_id=session.pk, config=config)
+    assert len(calls) == 1
+    assert report.summaries == 1
+    assert Summary.objects.count() == 1
+    assert WorkingState.objects.get(session=session).claimed_by == ""  # let go
+
+
+def test_a_claim_left_by_a_killed_worker_runs_out(owner, llm_config, settings):
+    """A worker killed mid-call holds its claim until ETHAN_MEMORY_CLAIM_SECONDS pass; then the
+    next run takes it and does the work."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = _rounds(owner, ["我住在成都。", "第1轮", "第2轮"])
+    config = MemoryConfig(hot_size=1, compress_batch=2, warm_capacity=100)
+    WorkingState.objects.create(
+        session=session, claimed_by="killed", claimed_until=timezone.now() + timedelta(minutes=5)
+    )
+    assert consolidation_run(session_id=session.pk, config=config).summaries == 0
+    WorkingState.objects.filter(session=session).update(
+        claimed_until=timezone.now() - timedelta(seconds=1)
+    )
+    assert consolidation_run(session_id=session.pk, config=config).summaries == 1
+
+
+def test_the_consolidator_does_the_work_the_due_rule_names(owner, llm_config):
+    """One rule (memory_app.working.work_due): after a run, the session has no work due."""
+    from memory_app.working import work_due
+
+    session = _rounds(owner, [f"第{n}轮" for n in range(13)])
+    config = MemoryConfig(hot_size=2, compress_batch=2, warm_capacity=4)
+    report = consolidation_run(session_id=session.pk, config=config)
+    state = WorkingState.objects.get(session=session)
+    session.refresh_from_db()
+    assert (report.summaries, report.folds) == (5, 1)
+    assert (state.compressed_through, state.extracted_through, state.folded_through) == (10, 10, 10)
+    cursors = dict(compressed=10, extracted=10, folded=10, config=config)
+    assert work_due(round_count=session.round_count, **cursors) is None
+    assert work_due(round_count=session.round_count + 2, **cursors) == "compress"
+    assert work_due(round_count=13, compressed=10, extracted=6, folded=10, config=config) == (
+        "extract"
+    )
+    assert work_due(round_count=13, compressed=10, extracted=10, folded=6, config=config) == "fold"
