@@ -93,15 +93,24 @@ def test_two_workers_racing_store_one_summary_per_batch(workers, owner, slow_mod
         .values_list("first_round", "last_round")
     )
     assert summaries == [(n, n) for n in range(1, 25)]
-    # Both really worked on the same batches: more model calls than stored summaries.
-    assert len(slow_model.requests) > 24
+    # Claim first: the worker that found the session claimed made no call, so each batch was
+    # computed once (issue 42), not once per worker.
+    assert len(slow_model.requests) == 24
+    assert WorkingState.objects.get(session=session).claimed_by == ""
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_killed_mid_task_is_redelivered_without_duplicates(workers, owner, slow_model):
     session = _session_with_rounds(owner, 3)
     slow_model.delays = [60]  # the first model call hangs: the worker is killed during it
-    env = {**SMALL, **slow_model.env, "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3"}
+    # The dead worker's claim runs out (2 s) before the task comes back (3 s), as in production
+    # (300 s against the broker's hour).
+    env = {
+        **SMALL,
+        **slow_model.env,
+        "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3",
+        "ETHAN_MEMORY_CLAIM_SECONDS": "2",
+    }
     first = workers.start("doomed", pool="prefork", **env)
     consolidation_run_task.delay(session.pk)
     assert wait_for(lambda: len(slow_model.requests) == 1, timeout=30), first.log_path.read_text()[
@@ -152,6 +161,7 @@ def test_a_worker_killed_during_end_of_session_extraction_leaves_the_facts_once(
         "OPENAI_BASE_URL": f"{fake.url}/v1",
         "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
         "ETHAN_BROKER_VISIBILITY_TIMEOUT": "3",
+        "ETHAN_MEMORY_CLAIM_SECONDS": "2",  # the dead worker's claim runs out first
     }
     try:
         # Three rounds, all in the hot zone: nothing extracted while the session went on.
