@@ -395,12 +395,6 @@ ETHAN_OAUTH_CLIENTS_PER_PERSON = _config.positive("ETHAN_OAUTH_CLIENTS_PER_PERSO
 # Dynamic client registration (RFC 7591, for hosts without client metadata documents) is open
 # to anyone, so it is counted per client address.
 ETHAN_OAUTH_REGISTER_RATE = _config.rate("ETHAN_OAUTH_REGISTER_RATE", "20/hour")
-# A client metadata document is fetched from the client's own https URL: never from a private,
-# loopback or link-local address, except those in these networks (for tests, which serve the
-# document on loopback; e.g. 127.0.0.1/32), and trusting this extra CA file besides the
-# system's (the tests' own certificate authority). Leave both empty in production.
-ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = _config.get("ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS", [], list)
-ETHAN_OAUTH_CIMD_CA_FILE = _config.get("ETHAN_OAUTH_CIMD_CA_FILE", "", str)
 # django-oauth-toolkit's own client model, named: a foreign key to a swappable model needs the
 # setting when migrations are made (oauth_app.Connection points at it).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
@@ -448,6 +442,9 @@ OAUTH2_PROVIDER = {
     "DCR_ENABLED": True,
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
     "CIMD_ENABLED": True,
+    # A client metadata document is fetched from the client's own https URL, never from a
+    # private, loopback or link-local address (the tests name a fetcher of their own, which
+    # reaches their document servers on loopback: tests/oauth_app/fetcher.py).
     "CIMD_METADATA_FETCHER": "oauth_app.cimd.MetadataFetcher",
     "CIMD_FETCH_TIMEOUT_SECONDS": _config.positive("ETHAN_OAUTH_CIMD_TIMEOUT_SECONDS", 5),
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,

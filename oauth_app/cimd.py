@@ -2,158 +2,154 @@
 (draft-ietf-oauth-client-id-metadata-document, which the MCP authorization specification
 prefers to registration).
 
-django-oauth-toolkit's SafeMetadataFetcher does much of it, and this keeps its rules: https
-only; the host resolved once, every address checked, and the connection made to that checked
-address (no second lookup to rebind); no redirects; at most CIMD_MAX_DOCUMENT_SIZE bytes read;
-one deadline for the whole fetch (CIMD_FETCH_TIMEOUT_SECONDS), which Ethan enforces itself: its
-urllib3 timeouts bound each read of the socket, not the body, and a host that sent a byte every
-2 s held a request thread for 43 s (_fetched cuts the socket at the deadline). Fewer fetches run
-at once than there are request threads (CIMD_MAX_CONCURRENT_FETCHES, settings), and a URL not
-known yet counts as a registration from its address (oauth_app.throttles). The document cached
-for its Cache-Control max-age (no-store and no-cache: the shortest), clamped between
-CIMD_METADATA_MIN_AGE_SECONDS and CIMD_METADATA_MAX_AGE_SECONDS, on the Application row. A
-failed fetch is remembered for CIMD_FAILURE_BACKOFF_SECONDS.
+django-oauth-toolkit's SafeMetadataFetcher fetches it, and MetadataFetcher (the setting
+CIMD_METADATA_FETCHER) is that fetcher, called through its one public method, `fetch`, with
+its rules whole: https only; the host resolved once, every address public, and the connection
+made to that checked address (no second lookup to rebind); no redirects; at most
+CIMD_MAX_DOCUMENT_SIZE bytes read. Fewer fetches run at once than there are request threads
+(CIMD_MAX_CONCURRENT_FETCHES, settings), and a URL not known yet counts as a registration from
+its address (oauth_app.throttles). The document is cached for its Cache-Control max-age
+(no-store and no-cache: the shortest), clamped between CIMD_METADATA_MIN_AGE_SECONDS and
+CIMD_METADATA_MAX_AGE_SECONDS, on the Application row. A failed fetch is remembered for
+CIMD_FAILURE_BACKOFF_SECONDS.
 
-Ethan adds two things: the private networks a test may open (ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS,
-empty in production, so no private, loopback or link-local address is ever fetched) with the
-CA that signs the test server's certificate (ETHAN_OAUTH_CIMD_CA_FILE); the properties the MCP
-specification requires (client_name besides client_id and redirect_uris); and its redirect-URI
-rule (oauth_app.clients), checked before the document becomes a client.
+Ethan adds three things:
+
+- one deadline for the whole fetch (CIMD_FETCH_TIMEOUT_SECONDS): the toolkit's urllib3 timeouts
+  bound each read of the socket, not the body, and a host that sent a byte every 2 s held a
+  request thread for 43 s. The fetch's sockets are shut at the deadline (`_cut_at`);
+- the properties the MCP specification requires (client_name besides client_id and
+  redirect_uris);
+- its redirect-URI rule (oauth_app.clients), checked before the document becomes a client.
+
+No private, loopback or link-local address is ever fetched: the toolkit refuses them, and
+nothing here opens any. The tests' document servers on 127.0.0.1 are reached by a fetcher of
+the tests' own (tests/oauth_app/fetcher.py), which their settings name instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
-import ipaddress
 import socket
-import ssl
+import sys
 import threading
-import time
+from collections.abc import Iterator
 
-from django.conf import settings
-from oauth2_provider import cimd
+from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
 from oauth2_provider.settings import oauth2_settings
 
 from oauth_app.clients import redirect_uri_refusal
 
 
-def _allowed(ip: str) -> bool:
-    if cimd._ip_is_public(ip):
-        return True
-    networks = [
-        ipaddress.ip_network(n, strict=False) for n in settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS
-    ]
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    return any(address in network for network in networks)
+class MetadataFetcher(SafeMetadataFetcher):
+    """django-oauth-toolkit's fetcher, whole within its deadline, with the MCP specification's
+    required properties and Ethan's redirect-URI rule."""
 
-
-def _addresses(hostname: str, port: int) -> list[str]:
-    """The host's addresses, every one of them allowed, or CIMDError: a host that resolves to
-    one public and one private address is refused whole, so the private one cannot be reached
-    by retrying."""
-    try:
-        infos = socket.getaddrinfo(hostname, port, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as exc:
-        raise cimd.CIMDError(f"could not resolve client_id host: {exc}") from exc
-    addresses = [info[4][0] for info in infos]
-    refused = [ip for ip in addresses if not _allowed(ip)]
-    if refused:
-        raise cimd.CIMDError(f"client_id host resolves to a non-public address ({refused[0]})")
-    if not addresses:
-        raise cimd.CIMDError("client_id host did not resolve to any address")
-    return addresses
-
-
-class MetadataFetcher(cimd.SafeMetadataFetcher):
     def fetch(self, client_id: str) -> tuple[dict, int]:
-        parsed = cimd._validate_client_id_url(client_id)
-        port = parsed.port or 443
-        addresses = _addresses(parsed.hostname, port)
-        context = ssl.create_default_context()
-        if settings.ETHAN_OAUTH_CIMD_CA_FILE:
-            context.load_verify_locations(settings.ETHAN_OAUTH_CIMD_CA_FILE)
-        path = parsed.path + (f"?{parsed.query}" if parsed.query else "")
-        headers = {"Host": parsed.netloc, "Accept": "application/json, application/*+json"}
-        deadline = time.monotonic() + oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS
-        last_error: Exception | None = None
-        for ip in addresses:
-            if deadline - time.monotonic() <= 0:
-                break
+        seconds = oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS
+        with _cut_at(seconds) as cut:
             try:
-                metadata, max_age = _fetched(
-                    self, ip, port, parsed.hostname, path, headers, context, deadline
-                )
-            except (OSError, http.client.HTTPException) as exc:
-                last_error = exc
-                continue
-            _check_required(metadata)
-            _check_redirect_uris(metadata)
-            return metadata, max_age
-        raise cimd.CIMDError(f"could not fetch client_id document: {last_error}")
+                metadata, max_age = super().fetch(client_id)
+            except Exception as exc:
+                # A cut socket fails as whatever was reading it (a transport error, a body
+                # short of its length, JSON that ends early): it is the deadline's failure.
+                if cut.is_set():
+                    raise _too_slow(seconds) from exc
+                raise
+        if cut.is_set():  # a body cut short that still parsed
+            raise _too_slow(seconds)
+        _check_required(metadata)
+        _check_redirect_uris(metadata)
+        return metadata, max_age
 
 
-def _fetched(
-    fetcher: MetadataFetcher,
-    ip: str,
-    port: int,
-    hostname: str,
-    path: str,
-    headers: dict[str, str],
-    context: ssl.SSLContext,
-    deadline: float,
-) -> tuple[dict, int]:
-    """One address's document, within `deadline`: the connection, TLS, the headers and the
-    whole body. A socket timeout bounds each read only, and a host that sends a byte a second
-    never trips it (one did hold a request thread for 43 s), so the socket is shut at the
-    deadline whatever it is doing, and any read blocked on it ends then."""
-    sock = socket.create_connection((ip, port), timeout=max(0.01, deadline - time.monotonic()))
-    expired = threading.Event()
-    live = [sock]  # the socket in use: TLS takes the connection's over from the plain one
+# --- the deadline ---------------------------------------------------------------------------
+#
+# The toolkit's fetch opens its sockets itself (urllib3, on the calling thread) and gives no
+# handle on them, so Ethan learns of each one from Python's audit event "socket.connect"
+# (sys.addaudithook, a public interface), on the fetching thread only, and keeps a duplicate of
+# it: shutting the duplicate down ends any read or TLS handshake blocked on the connection,
+# whichever socket object (the plain one, or the TLS one that took its descriptor over) the
+# toolkit reads through. A hook cannot be removed, so one is added per process, and it does
+# nothing on a thread that is not fetching.
 
-    def cut() -> None:
-        expired.set()
-        with contextlib.suppress(OSError):
-            live[-1].shutdown(socket.SHUT_RDWR)
+_fetching = threading.local()  # .watch: the current fetch's _Watch, on its thread
+_hook_lock = threading.Lock()
+_hook_added = False
 
-    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
+
+class _Watch:
+    """The sockets one fetch connected (duplicates of them), shut together at its deadline."""
+
+    def __init__(self) -> None:
+        self.cut = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()  # the fetch's thread and the watchdog's
+
+    def connecting(self, sock: socket.socket) -> None:
+        with self._lock:
+            duplicate = sock.dup()
+            self._sockets.append(duplicate)
+            if self.cut.is_set():  # a connection begun as the deadline passed
+                with contextlib.suppress(OSError):
+                    duplicate.shutdown(socket.SHUT_RDWR)
+
+    def shut(self) -> None:
+        with self._lock:
+            self.cut.set()
+            for duplicate in self._sockets:
+                with contextlib.suppress(OSError):
+                    duplicate.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        with self._lock:
+            for duplicate in self._sockets:
+                duplicate.close()
+            self._sockets.clear()
+
+
+def _on_audit_event(event: str, args: tuple) -> None:
+    if event != "socket.connect":
+        return
+    watch = getattr(_fetching, "watch", None)
+    if watch is not None:
+        # A socket that cannot be watched is not connected (the error ends the attempt): no
+        # connection of a fetch outlives its deadline.
+        watch.connecting(args[0])
+
+
+def _hook_added_once() -> None:
+    global _hook_added
+    with _hook_lock:
+        if not _hook_added:
+            sys.addaudithook(_on_audit_event)
+            _hook_added = True
+
+
+@contextlib.contextmanager
+def _cut_at(seconds: float) -> Iterator[threading.Event]:
+    """The block, with every socket it connects on this thread shut `seconds` after it began,
+    whatever it is doing then; the event is set if it was. A socket timeout bounds each read
+    only, and a host that sends a byte a second never trips it."""
+    _hook_added_once()
+    watch = _Watch()
+    watchdog = threading.Timer(seconds, watch.shut)
     watchdog.daemon = True
+    _fetching.watch = watch
     watchdog.start()
     try:
-        try:
-            # Connected to the checked address; TLS (SNI, certificate) and Host use the name.
-            tls = context.wrap_socket(sock, server_hostname=hostname)
-            live.append(tls)
-            if expired.is_set():
-                raise TimeoutError("cut during the TLS handshake")
-            connection = http.client.HTTPSConnection(hostname, port, context=context)
-            connection.sock = tls
-            try:
-                connection.request("GET", path, headers=headers)
-                document = fetcher._read_document(connection.getresponse())
-            finally:
-                connection.close()
-        except (OSError, http.client.HTTPException, cimd.CIMDError) as exc:
-            if expired.is_set():
-                raise _too_slow() from exc
-            raise
-        if expired.is_set():  # a body cut short that still parsed
-            raise _too_slow()
-        return document
+        yield watch.cut
     finally:
         watchdog.cancel()
-        for opened in live:
-            opened.close()
+        del _fetching.watch
+        watch.close()
 
 
-def _too_slow() -> cimd.CIMDError:
-    return cimd.CIMDError(
-        "could not fetch client_id document: not whole within "
-        f"{oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS} s"
-    )
+def _too_slow(seconds: float) -> CIMDError:
+    return CIMDError(f"could not fetch client_id document: not whole within {seconds} s")
+
+
+# --- what Ethan requires of a document --------------------------------------------------------
 
 
 def _check_required(metadata: dict) -> None:
@@ -162,7 +158,7 @@ def _check_required(metadata: dict) -> None:
     and redirect_uris."""
     name = metadata.get("client_name")
     if not isinstance(name, str) or not name.strip():
-        raise cimd.CIMDError("client metadata must name the client (client_name)")
+        raise CIMDError("client metadata must name the client (client_name)")
 
 
 def _check_redirect_uris(metadata: dict) -> None:
@@ -170,4 +166,4 @@ def _check_redirect_uris(metadata: dict) -> None:
     for uri in uris if isinstance(uris, list) else []:
         refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
         if refusal:
-            raise cimd.CIMDError(f"redirect_uris: {refusal}")
+            raise CIMDError(f"redirect_uris: {refusal}")

@@ -22,7 +22,7 @@ from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
 from oauth2_provider.settings import oauth2_settings
@@ -207,13 +207,13 @@ class ClientRegistrationView(DynamicClientRegistrationView):
             )
             response["Retry-After"] = str(wait)
             return response
-        refusal = _as_public_client(request)
+        refusal, metadata = _as_public_client(request)
         if refusal is not None:
             return refusal
         # A registration belongs to no one (it is the host's, not the signed-in browser's):
         # its RFC 7592 management token must never carry a person.
         request.user = AnonymousUser()
-        return super().post(request, *args, **kwargs)
+        return super().post(_WithMetadata(request, metadata), *args, **kwargs)
 
 
 class ClientManagementView(DynamicClientRegistrationManagementView):
@@ -221,32 +221,47 @@ class ClientManagementView(DynamicClientRegistrationManagementView):
     got; an update is held to the same rules as a registration."""
 
     def put(self, request, *args, **kwargs):
-        refusal = _as_public_client(request)
+        refusal, metadata = _as_public_client(request)
         if refusal is not None:
             return refusal
-        return super().put(request, *args, **kwargs)
+        return super().put(_WithMetadata(request, metadata), *args, **kwargs)
 
 
-def _as_public_client(request) -> JsonResponse | None:
+def _as_public_client(request) -> tuple[JsonResponse | None, bytes]:
     """Registration metadata made Ethan's: redirect URIs checked (oauth_app.clients), and the
     client public whatever it asked for: no secret (RFC 7591 §3.2.1 lets the server replace
-    what was asked), PKCE guarding its code. The refusal, or None with request.body rewritten."""
+    what was asked), PKCE guarding its code. The refusal, or None and the metadata to
+    register (the body as it came when it is no JSON object: django-oauth-toolkit answers
+    invalid_client_metadata)."""
     try:
         metadata = json.loads(request.body)
     except ValueError:
-        return None  # django-oauth-toolkit answers invalid_client_metadata
+        return None, request.body
     if not isinstance(metadata, dict):
-        return None
+        return None, request.body
     uris = metadata.get("redirect_uris")
     for uri in uris if isinstance(uris, list) else []:
         refusal = redirect_uri_refusal(uri) if isinstance(uri, str) else "not a string"
         if refusal:
-            return _registration_error("invalid_redirect_uri", refusal)
+            return _registration_error("invalid_redirect_uri", refusal), b""
     metadata["token_endpoint_auth_method"] = "none"
     metadata["grant_types"] = ["authorization_code", "refresh_token"]
     metadata.pop("client_secret", None)
-    request._body = json.dumps(metadata).encode()
-    return None
+    return None, json.dumps(metadata).encode()
+
+
+class _WithMetadata:
+    """The registration request as django-oauth-toolkit's view reads it: the request itself
+    (its headers, user, URL), but for its body, the metadata Ethan registers. A Django
+    request's body cannot be replaced, and the toolkit's views read the metadata from nothing
+    else."""
+
+    def __init__(self, request: HttpRequest, body: bytes) -> None:
+        self._request = request
+        self.body = body
+
+    def __getattr__(self, name: str):
+        return getattr(self._request, name)
 
 
 def _registration_error(code: str, description: str, status: int = 400) -> JsonResponse:

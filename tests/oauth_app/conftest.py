@@ -1,6 +1,8 @@
 """An OAuth host as Django's test client: it registers, sends the person to consent, and
 trades the code for tokens, as the mcp SDK's OAuthClientProvider does (the whole flow with
-the SDK itself is in test_mcp_oauth.py)."""
+the SDK itself is in test_mcp_oauth.py). And the tests' settings for client metadata
+documents: fetched by the tests' fetcher (tests/oauth_app/fetcher.py), which reaches the
+document servers on 127.0.0.1 once a test opens them (`loopback_ca`)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,35 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from tests.oauth_app.fetcher import LoopbackMetadataFetcher, toolkit_opened_to_loopback
+from tests.oauth_app.hosts import LoopbackCA
+
 ORIGIN = "http://testserver"
 RESOURCE = f"{ORIGIN}/mcp"
 REDIRECT = "http://127.0.0.1:33418/callback"
+TEST_FETCHER = "tests.oauth_app.fetcher.LoopbackMetadataFetcher"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _toolkit_opened_to_loopback():
+    with toolkit_opened_to_loopback():
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _test_metadata_fetcher(settings):
+    """The tests' fetcher in place of production's (ethan_site.settings names
+    oauth_app.cimd.MetadataFetcher): as production's until a test opens loopback."""
+    settings.OAUTH2_PROVIDER = {**settings.OAUTH2_PROVIDER, "CIMD_METADATA_FETCHER": TEST_FETCHER}
+
+
+@pytest.fixture
+def loopback_ca(tmp_path, monkeypatch) -> LoopbackCA:
+    """The test's own CA, whose certificate for 127.0.0.1 its document servers show; the tests'
+    fetcher reaches 127.0.0.1 and trusts this CA for the test's length."""
+    ca = LoopbackCA.make(tmp_path)
+    monkeypatch.setattr(LoopbackMetadataFetcher, "ca_file", ca.ca_file)
+    return ca
 
 
 def pkce() -> tuple[str, str]:

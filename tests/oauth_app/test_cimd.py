@@ -1,27 +1,24 @@
 """Fetching client metadata documents (oauth_app.cimd): no private, loopback or link-local
-target unless a setting allows its network; a size limit, a timeout, the HTTP cache, and the
-redirect-URI rule. The documents come from a loopback https server of the test's own CA."""
+target, ever, in production; a size limit, a deadline, the HTTP cache, and the redirect-URI
+rule. The documents come from a loopback https server of the test's own CA, which the tests'
+fetcher (tests/oauth_app/fetcher.py: production's with loopback opened) reaches."""
 
 from __future__ import annotations
 
 import pytest
 from oauth2_provider.cimd import CIMDError, refresh_if_stale, resolve_cimd_application
 from oauth2_provider.models import Application
+from oauth2_provider.settings import oauth2_settings
 
+from ethan_site import settings as production
 from oauth_app.cimd import MetadataFetcher
+from tests.oauth_app.fetcher import LoopbackMetadataFetcher
 from tests.oauth_app.hosts import REDIRECT, LoopbackCA, document_server
 
 
 @pytest.fixture
-def ca(tmp_path):
-    return LoopbackCA.make(tmp_path)
-
-
-@pytest.fixture
-def documents(ca, settings, db):
-    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["127.0.0.1/32"]
-    settings.ETHAN_OAUTH_CIMD_CA_FILE = str(ca.ca_file)
-    with document_server(ca) as served:
+def documents(loopback_ca, db):
+    with document_server(loopback_ca) as served:
         yield served
 
 
@@ -47,20 +44,35 @@ def host_document(documents, path="/host.json", **metadata) -> str:
         "https://[::ffff:10.0.0.1]/client.json",  # a private IPv4 inside an IPv6 address
     ],
 )
-def test_private_loopback_and_link_local_targets_are_refused(client_id, settings):
-    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = []
-
+def test_private_loopback_and_link_local_targets_are_refused(client_id):
     with pytest.raises(CIMDError, match="non-public address"):
         MetadataFetcher().fetch(client_id)
 
 
-def test_the_test_network_setting_opens_only_its_network(documents, settings):
-    client_id = host_document(documents)
-    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["10.0.0.0/8"]
+def test_tests_fetch_with_their_own_fetcher_and_production_with_ethans():
+    # The module's own value, as a server started from it reads it (the tests' settings
+    # override it for the tests).
+    assert production.OAUTH2_PROVIDER["CIMD_METADATA_FETCHER"] == "oauth_app.cimd.MetadataFetcher"
+    assert oauth2_settings.CIMD_METADATA_FETCHER is LoopbackMetadataFetcher
+
+
+def test_production_refuses_a_loopback_document_the_tests_fetcher_reaches(documents, settings):
+    """Loopback opened for this test, and a document served there: production's fetcher, named
+    by production's settings, refuses it unasked; the tests' fetcher reaches it."""
+    client_id = host_document(documents, client_name="Claude")
+    settings.OAUTH2_PROVIDER = {
+        **settings.OAUTH2_PROVIDER,
+        "CIMD_METADATA_FETCHER": production.OAUTH2_PROVIDER["CIMD_METADATA_FETCHER"],
+    }
 
     with pytest.raises(CIMDError, match=r"non-public address \(127.0.0.1\)"):
         MetadataFetcher().fetch(client_id)
+    assert resolve_cimd_application(client_id, None) is None
     assert documents.fetches == {}
+
+    metadata, _ = LoopbackMetadataFetcher().fetch(client_id)
+    assert metadata["client_name"] == "Claude"
+    assert documents.fetches == {"/host.json": 1}
 
 
 def test_a_document_is_fetched_and_becomes_a_public_client(documents):
@@ -79,7 +91,7 @@ def test_a_document_over_the_size_limit_is_refused(documents):
     client_id = host_document(documents, client_name="x" * 20_000)
 
     with pytest.raises(CIMDError, match="maximum allowed size"):
-        MetadataFetcher().fetch(client_id)
+        LoopbackMetadataFetcher().fetch(client_id)
 
 
 def test_a_slow_server_is_given_up_on(documents, settings):
@@ -88,22 +100,25 @@ def test_a_slow_server_is_given_up_on(documents, settings):
     documents.delay = 2
 
     with pytest.raises(CIMDError, match="could not fetch"):
-        MetadataFetcher().fetch(client_id)
+        LoopbackMetadataFetcher().fetch(client_id)
 
 
-def test_a_certificate_no_one_trusts_is_refused(documents, settings):
+def test_a_certificate_no_one_trusts_is_refused(documents, tmp_path, monkeypatch):
     client_id = host_document(documents)
-    settings.ETHAN_OAUTH_CIMD_CA_FILE = ""
+    (tmp_path / "another").mkdir()
+    another = LoopbackCA.make(tmp_path / "another")  # trusted instead of the server's CA
+    monkeypatch.setattr(LoopbackMetadataFetcher, "ca_file", another.ca_file)
 
     with pytest.raises(CIMDError, match="could not fetch"):
-        MetadataFetcher().fetch(client_id)
+        LoopbackMetadataFetcher().fetch(client_id)
+    assert documents.fetches == {}  # no request sent over the refused connection
 
 
 def test_redirect_uris_must_be_https_or_loopback(documents):
     client_id = host_document(documents, redirect_uris=["http://host.example/callback"])
 
     with pytest.raises(CIMDError, match="redirect URIs use https"):
-        MetadataFetcher().fetch(client_id)
+        LoopbackMetadataFetcher().fetch(client_id)
     assert resolve_cimd_application(client_id, None) is None
 
 
@@ -128,4 +143,4 @@ def test_a_document_must_name_the_client(documents):
     )
 
     with pytest.raises(CIMDError, match="client_name"):
-        MetadataFetcher().fetch(client_id)
+        LoopbackMetadataFetcher().fetch(client_id)

@@ -16,12 +16,11 @@ from oauth2_provider.cimd import CIMDError
 from oauth2_provider.models import AccessToken, Application, RefreshToken
 from rest_framework.authtoken.models import Token
 
-from oauth_app.cimd import MetadataFetcher
 from tests.mcp_client import INITIALIZE, over_http
 from tests.oauth_app.conftest import pkce
+from tests.oauth_app.fetcher import LoopbackMetadataFetcher
 from tests.oauth_app.hosts import (
     REDIRECT,
-    LoopbackCA,
     document_server,
     dripping_server,
     form_of,
@@ -46,12 +45,9 @@ def site():
 
 
 @pytest.fixture
-def ca(tmp_path, settings):
-    """The tests' own CA and loopback network, which the site may fetch documents from."""
-    made = LoopbackCA.make(tmp_path)
-    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["127.0.0.1/32"]
-    settings.ETHAN_OAUTH_CIMD_CA_FILE = str(made.ca_file)
-    return made
+def ca(loopback_ca):
+    """The tests' own CA and loopback, which the site may fetch documents from."""
+    return loopback_ca
 
 
 def fetch_timeout(settings, seconds: int) -> None:
@@ -125,7 +121,7 @@ def test_a_dripping_metadata_document_is_given_up_at_the_deadline(ca, settings, 
         dripping_server(ca, length=120) as drip,
         pytest.raises(CIMDError, match="not whole within 2 s"),
     ):
-        MetadataFetcher().fetch(f"{drip.origin}/host.json")
+        LoopbackMetadataFetcher().fetch(f"{drip.origin}/host.json")
 
     assert drip.answered.is_set() and drip.sent < len(drip.body)
 

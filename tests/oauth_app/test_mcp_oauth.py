@@ -13,6 +13,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import Implementation
 from oauth2_provider.models import AccessToken, Application, RefreshToken
 
+from ethan_site import settings as production
 from memory_app.models import Fact
 from oauth_app.models import Connection
 from oauth_app.services import connection_end
@@ -21,7 +22,6 @@ from tests.oauth_app.hosts import (
     REDIRECT,
     AuthorizationRefused,
     Browser,
-    LoopbackCA,
     MemoryStorage,
     document_server,
     provider_for,
@@ -45,13 +45,10 @@ def site():
 
 
 @pytest.fixture
-def documents(tmp_path, settings):
+def documents(loopback_ca):
     """A loopback https server for client metadata documents, which the site may fetch (the
-    tests' own network and CA, allowed by the settings only tests use)."""
-    ca = LoopbackCA.make(tmp_path)
-    settings.ETHAN_OAUTH_CIMD_PRIVATE_NETWORKS = ["127.0.0.1/32"]
-    settings.ETHAN_OAUTH_CIMD_CA_FILE = str(ca.ca_file)
-    with document_server(ca) as served:
+    tests' own CA and loopback, opened to the tests' fetcher only)."""
+    with document_server(loopback_ca) as served:
         yield served
 
 
@@ -168,9 +165,15 @@ def test_a_read_only_connection_is_refused_writing(site, person):
     assert not Fact.objects.exists()
 
 
-def test_a_metadata_document_on_a_private_address_is_never_fetched(site, person, tmp_path):
-    ca = LoopbackCA.make(tmp_path)
-    with document_server(ca) as documents:  # loopback, and no setting allows it
+def test_a_metadata_document_on_a_private_address_is_never_fetched(
+    site, person, loopback_ca, settings
+):
+    # Production's fetcher, as production's settings name it, though the tests opened loopback.
+    settings.OAUTH2_PROVIDER = {
+        **settings.OAUTH2_PROVIDER,
+        "CIMD_METADATA_FETCHER": production.OAUTH2_PROVIDER["CIMD_METADATA_FETCHER"],
+    }
+    with document_server(loopback_ca) as documents:
         client_id = documents.publish(
             "/evil.json",
             client_name="Evil",
