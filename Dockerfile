@@ -14,9 +14,10 @@ COPY memory_app memory_app
 COPY profile_app profile_app
 COPY episodes_app episodes_app
 COPY agent_app agent_app
-COPY channels channels
+COPY channels_app channels_app
 COPY oauth_app oauth_app
-COPY llm llm
+COPY ethan_llm ethan_llm
+COPY ethan_shared ethan_shared
 COPY embedder embedder
 COPY manage.py ./
 RUN pip install --no-cache-dir . && useradd --create-home ethan && mkdir -p /data \

@@ -16,6 +16,6 @@ access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M
 
 
 def on_starting(server) -> None:
-    from ethan_site.config import settings_or_exit
+    from ethan_shared.config import settings_or_exit
 
     settings_or_exit("gunicorn")

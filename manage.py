@@ -9,7 +9,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
     from django.core.management import execute_from_command_line
 
-    from ethan_site.config import ConfigError
+    from ethan_shared.config import ConfigError
 
     try:
         execute_from_command_line(sys.argv)

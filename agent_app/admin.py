@@ -43,7 +43,7 @@ class LarkEventAdmin(admin.ModelAdmin):
 @admin.register(HousekeepingTally)
 class HousekeepingTallyAdmin(admin.ModelAdmin):
     """The chat apps' housekeeping requests /v1 recognised, a day per row (read-only: counted by
-    channels.openai.housekeeping_tally, never edited)."""
+    channels_app.openai.housekeeping_tally, never edited)."""
 
     list_display = ["day", "app", "kind", "count"]
     list_filter = ["app", "kind", "day"]

@@ -1,5 +1,5 @@
 """GET /api/context (what the next turn would send) and GET /api/search (memory search). The
-turn itself, POST /api/chat, is a door: channels/rest.py."""
+turn itself, POST /api/chat, is a door: channels_app/rest.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rest_framework.views import APIView
 from agent_app.memory_search import MAX_LIMIT, SCOPES, memory_search
 from agent_app.paths import PATHS
 from agent_app.turn import TurnInputError, turn_plan, turn_prompt
-from ethan_site.limits import SEARCH_QUERY_MAX_CHARS
+from ethan_shared.limits import SEARCH_QUERY_MAX_CHARS
 from sessions_app import services as session_services
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession

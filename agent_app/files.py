@@ -11,9 +11,9 @@ import yaml
 from django.contrib.auth.models import AbstractBaseUser
 
 from agent_app.models import OwnerSettings
-from ethan_site.config import ConfigError, read_config_file
-from ethan_site.layout import Imported, LayoutError, storable
-from ethan_site.private import private_write_text
+from ethan_shared.config import ConfigError, read_config_file
+from ethan_shared.layout import Imported, LayoutError, storable
+from ethan_shared.private import private_write_text
 
 CONFIG = "config.yaml"
 

@@ -48,9 +48,9 @@ from django.utils import timezone
 
 from agent_app.lifecycle import learn_batch, sessions_learn
 from agent_app.vectors import vectors_for_owner
-from ethan_site.queue import enqueue, ethan_task, run_deferred
-from llm.memory import CONSOLIDATE_SYSTEM
-from llm.tokens import estimate_tokens
+from ethan_llm.memory import CONSOLIDATE_SYSTEM
+from ethan_llm.tokens import estimate_tokens
+from ethan_shared.queue import enqueue, ethan_task, run_deferred
 from memory_app.working import MemoryConfig, memory_config, work_due
 from sessions_app.imports.export import CONVERSATIONS, ExportError
 from sessions_app.imports.services import ImportReport, export_import
@@ -89,7 +89,7 @@ def sessions_to_learn(*, owner: AbstractBaseUser) -> QuerySet:
 @dataclass(frozen=True)
 class LearningEstimate:
     """What learning the pending sessions will cost: compression-model calls and the tokens
-    they read (an estimate: llm.tokens, and the consolidation prompt once per call)."""
+    they read (an estimate: ethan_llm.tokens, and the consolidation prompt once per call)."""
 
     conversations: int = 0
     rounds: int = 0

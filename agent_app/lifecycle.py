@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from episodes_app import services as episode_services
 from episodes_app.models import Episode
-from ethan_site.queue import enqueue, ethan_task
+from ethan_shared.queue import enqueue, ethan_task
 from memory_app.consolidator import (
     consolidation_finish,
     consolidation_finish_sessions,

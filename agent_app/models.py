@@ -53,7 +53,7 @@ class ClientConversation(models.Model):
     """Where a chat app's conversation stands in its session, for a client that sends the whole
     conversation with every request (POST /v1/chat/completions) and never a session id.
 
-    Two digests of the conversation as the client knows it (channels.openai.conversations):
+    Two digests of the conversation as the client knows it (channels_app.openai.conversations):
     `asked` through its latest user message, `shown` through the last thing it was sent (the
     reply, or that message when the turn failed). A request whose history digests to `shown`
     continues the session; one that digests to `asked` with its last message asks again."""
@@ -81,7 +81,7 @@ class ClientConversation(models.Model):
 
 class HousekeepingTally(models.Model):
     """How many of a chat app's housekeeping requests (a title, tags, follow-ups…) /v1 recognised
-    on one day: counted, never stored (channels.openai.housekeeping, docs/openai.md)."""
+    on one day: counted, never stored (channels_app.openai.housekeeping, docs/openai.md)."""
 
     app = models.CharField(max_length=32)
     kind = models.CharField(max_length=32)

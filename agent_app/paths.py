@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from llm.tokens import estimate_tokens
+from ethan_llm.tokens import estimate_tokens
 from sessions_app.models import ChatSession
 
 FAST, MEDIUM, FULL = "fast", "medium", "full"

@@ -2,7 +2,8 @@
 (sessions.end_write, episodes.write, sessions.close_idle, sessions.cleanup_empty), the learning
 from imported history in agent_app.history_import (memory.import_upload,
 memory.import_learn_next), the vectors memory search compares in agent_app.vectors
-(memory.vectors_write, memory.vectors_catch_up). The Lark channel's are the doors' (channels.tasks).
+(memory.vectors_write, memory.vectors_catch_up). The Lark channel's are the doors'
+(channels_app.tasks).
 
 Celery's autodiscovery imports `<app>.tasks` of each installed app and nothing else, so a
 worker registers those tasks through the imports below. Import the tasks from their own

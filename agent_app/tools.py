@@ -1,7 +1,7 @@
 """The three memory tools the model sees, and how a call to one is carried out.
 
 A bad call (unknown tool, missing or wrong arguments, an unknown profile section, a text
-longer than ethan_site.limits allows, a rule past ETHAN_PROCEDURE_CAPACITY) never raises: it
+longer than ethan_shared.limits allows, a rule past ETHAN_PROCEDURE_CAPACITY) never raises: it
 comes back to the model as a tool result starting with "error:", nothing written, so the model
 can correct itself, and the conversation goes on. The limits are enforced by the services; the
 schemas below only quote them (maxLength), as a model may ignore a schema.
@@ -16,7 +16,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from ethan_site.limits import (
+from ethan_llm.text import dated
+from ethan_llm.types import ToolCall, ToolSpec
+from ethan_shared.limits import (
     FACT_MAX_CHARS,
     PROFILE_ENTRY_MAX_CHARS,
     PROFILE_MAX_CHARS,
@@ -24,8 +26,6 @@ from ethan_site.limits import (
     RULE_MAX_CHARS,
     too_long,
 )
-from llm.text import dated
-from llm.types import ToolCall, ToolSpec
 from memory_app import confidence
 from memory_app import services as memory_services
 from memory_app.models import Fact

@@ -19,7 +19,7 @@ from django.db import transaction
 
 from agent_app.files import CONFIG, config_export, config_import, config_read
 from episodes_app.files import EPISODES, episodes_export, episodes_import, episodes_read
-from ethan_site.layout import Imported, LayoutError
+from ethan_shared.layout import Imported, LayoutError
 from memory_app.files import (
     FACTS,
     PROCEDURES,

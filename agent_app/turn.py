@@ -30,16 +30,16 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, transaction
 
-import llm
+import ethan_llm
 from agent_app import turn_io
 from agent_app.modes import mode_parse
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import SystemPrompt, build_system
 from agent_app.tools import TOOL_SPECS, run_tool
 from agent_app.vectors import vectors_after_turn
-from ethan_site.limits import UnstorableText, storable_text
-from ethan_site.queue import enqueue
-from llm.types import AUTO, NO_SAMPLING, Attachment, Sampling, ToolCall, ToolChoice
+from ethan_llm.types import AUTO, NO_SAMPLING, Attachment, Sampling, ToolCall, ToolChoice
+from ethan_shared.limits import UnstorableText, storable_text
+from ethan_shared.queue import enqueue
 from memory_app import services as memory_services
 from memory_app.tasks import consolidation_run_task
 from memory_app.working import consolidation_due, context_assemble, context_parts
@@ -82,17 +82,17 @@ class ClientPart:
     sends the result back, `step`), its tool choice and sampling, its length limit, and what
     its question brings beside the text (images, sound, files: never stored)."""
 
-    tools: tuple[llm.ToolSpec, ...] = ()
+    tools: tuple[ethan_llm.ToolSpec, ...] = ()
     tool_choice: ToolChoice = AUTO
     parallel_tool_calls: bool | None = None
     sampling: Sampling = NO_SAMPLING
     max_tokens: int | None = None
     attachments: tuple[Attachment, ...] = ()
     step: ClientStep | None = None
-    # A request that only serves the app (a title, tags, follow-ups: channels.openai.
+    # A request that only serves the app (a title, tags, follow-ups: channels_app.openai.
     # housekeeping) or asks for no memory (`ethan-plain`): the model answers these messages
     # as they are, with no memory injected, no memory tools, and nothing stored.
-    transcript: tuple[llm.Message, ...] | None = None
+    transcript: tuple[ethan_llm.Message, ...] | None = None
 
 
 # Ethan's own tool, offered under this prefix when a chat app brings a tool of the same name:
@@ -165,7 +165,7 @@ def model_choose(
         explicit
         or (session.model if session is not None and session.model else "")
         or owner_model(owner)
-        or llm.default_model()
+        or ethan_llm.default_model()
     )
 
 
@@ -207,7 +207,7 @@ def turn_plan(
     with _input("model"):
         model = model_choose(owner=owner, session=session, explicit=model)
         # Unknown, or no key for its provider: the request's fault, refused before any write.
-        llm.check_model(model)
+        ethan_llm.check_model(model)
     if again and (session is None or not session.is_persisted):
         raise TurnInputError("only a stored conversation can be answered again", field="session")
     if client is not None and client.step is not None:
@@ -246,7 +246,7 @@ def _input(field: str) -> Iterator[None]:
     """A ValueError or ModelConfigError in the block is the input `field`'s fault."""
     try:
         yield
-    except (ValueError, llm.ModelConfigError) as exc:
+    except (ValueError, ethan_llm.ModelConfigError) as exc:
         raise TurnInputError(str(exc), field=field) from None
 
 
@@ -374,7 +374,7 @@ class TurnStream:
 
     def on_end(self, callback: Callable[[], None]) -> None:
         """Call `callback` once the turn has ended, however it is read or stopped (a door's
-        place under its caps, channels.turns)."""
+        place under its caps, channels_app.turns)."""
         self._ended.append(callback)
 
     def _generator(self, io: turn_io.TurnIO) -> AsyncIterator[TurnEvent]:
@@ -537,23 +537,23 @@ def _client_call_json(call: ToolCall) -> dict[str, Any]:
     return {**call.to_json(), "client": True}
 
 
-def _round_tool_context(session: ChatSession) -> list[llm.Message]:
+def _round_tool_context(session: ChatSession) -> list[ethan_llm.Message]:
     """The latest round's tool traffic as the model must see it to go on from a chat app's
     tool results: each step's calls, then their results. The rounds of the context leave
     tool traffic out (sessions_app.rounds); a turn that goes on in the middle of one needs it."""
     names: dict[str, str] = {}
-    context: list[llm.Message] = []
+    context: list[ethan_llm.Message] = []
     for row in round_tool_messages(session=session):
         if row.role == Message.Role.TOOL:
             name = names.get(row.tool_call_id, "")
-            context.append(llm.Message.tool(row.tool_call_id, row.content, name=name))
+            context.append(ethan_llm.Message.tool(row.tool_call_id, row.content, name=name))
             continue
         calls = tuple(
             ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"], meta=c.get("meta"))
             for c in row.tool_calls or ()
         )
         names.update((call.id, call.name) for call in calls)
-        context.append(llm.Message.assistant(row.content, calls))
+        context.append(ethan_llm.Message.assistant(row.content, calls))
     return context
 
 
@@ -584,7 +584,7 @@ def _release(session: ChatSession | None, token: str) -> None:
 @dataclass(frozen=True)
 class TurnPrompt:
     system: SystemPrompt
-    context: list[llm.Message]
+    context: list[ethan_llm.Message]
     # The consolidator has work on this session (decided from what the prompt read).
     consolidation_due: bool = False
 
@@ -611,7 +611,7 @@ def turn_prompt(*, plan: TurnPlan, session: ChatSession, stored: bool) -> TurnPr
     return TurnPrompt(system=system, context=context, consolidation_due=due)
 
 
-def _previous_question(session: ChatSession, rounds: list[llm.Message]) -> str:
+def _previous_question(session: ChatSession, rounds: list[ethan_llm.Message]) -> str:
     """The person's message before the current one: from the verbatim rounds already read when
     it is among them (it is, unless the hot zone is a single round), else from the database."""
     questions = [m.content for m in rounds if m.role == Message.Role.USER]
@@ -652,8 +652,8 @@ async def _events(
                     last = event
                 else:
                     yield event
-        except llm.ModelError as exc:
-            unavailable = isinstance(exc, llm.ModelUnavailable)
+        except ethan_llm.ModelError as exc:
+            unavailable = isinstance(exc, ethan_llm.ModelUnavailable)
             last = Failed(
                 kind="model_unavailable" if unavailable else "model_failed",
                 detail=str(exc),
@@ -710,13 +710,13 @@ async def _plain_events(
                 sampling=client.sampling,
                 max_tokens=client.max_tokens or SETTINGS[plan.path].max_tokens,
             ):
-                if isinstance(event, llm.TextDelta):
+                if isinstance(event, ethan_llm.TextDelta):
                     if event.text:
                         yield Delta(text=event.text)
                 else:
                     completion = event.completion
-        except llm.ModelError as exc:
-            unavailable = isinstance(exc, llm.ModelUnavailable)
+        except ethan_llm.ModelError as exc:
+            unavailable = isinstance(exc, ethan_llm.ModelUnavailable)
             yield Failed(
                 kind="model_unavailable" if unavailable else "model_failed",
                 detail=str(exc),
@@ -790,7 +790,7 @@ async def _answer(
                 # the model has begun to answer, not before the request goes out.
                 await io.db(memory_services.facts_mark_injected, facts=unmarked)
                 unmarked = []
-            if isinstance(event, llm.TextDelta):
+            if isinstance(event, ethan_llm.TextDelta):
                 if event.text:
                     yield Delta(text=event.text)
             else:
@@ -838,7 +838,7 @@ async def _answer(
         # Ethan's calls only: their results go back to the model (named as it called them).
         context.append(completion.as_message())
         for call, result in zip(completion.tool_calls, results, strict=True):
-            context.append(llm.Message.tool(call.id, result, name=call.name))
+            context.append(ethan_llm.Message.tool(call.id, result, name=call.name))
 
 
 class _OfferedTools:
@@ -850,7 +850,7 @@ class _OfferedTools:
     offers only Ethan's; `required` or a named function offers only the app's on the first
     step (Ethan's memory is in the prompt already), as the app asked."""
 
-    def __init__(self, *, ethan: tuple[llm.ToolSpec, ...], client: ClientPart):
+    def __init__(self, *, ethan: tuple[ethan_llm.ToolSpec, ...], client: ClientPart):
         self.client = client
         names = {tool.name for tool in client.tools}
         self.client_names = names if client.tool_choice.mode != "none" else set()
@@ -899,7 +899,7 @@ def _tool_step_write(
     *,
     plan: TurnPlan,
     session: ChatSession,
-    completion: llm.Completion,
+    completion: ethan_llm.Completion,
     calls: list[tuple[ToolCall, bool]],
 ) -> list[str]:
     """Store one tool step whole or not at all: the assistant message with its tool calls,

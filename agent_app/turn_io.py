@@ -2,11 +2,11 @@
 and the model: two drivers of the same code.
 
 - SYNC: every step runs in the caller's thread, as plain calls: the database directly, the
-  model through llm.stream. Nothing ever suspends, so `driven` steps the async generator by
+  model through ethan_llm.stream. Nothing ever suspends, so `driven` steps the async generator by
   hand with no event loop at all: Django's ORM sees an ordinary synchronous caller (the
   console, a Celery task, a WSGI view, a test in its transaction).
 - ASYNC: for an event loop (an ASGI view). The model streams through its SDK's async client
-  (llm.astream), so the loop is free while it writes; each database step runs on one of
+  (ethan_llm.astream), so the loop is free while it writes; each database step runs on one of
   ETHAN_DB_THREADS threads kept for them (sync_to_async, not thread-sensitive: a step is one
   function, its transaction inside it), so a process holds at most that many database
   connections for its turns however many are streaming. They are few: every thread running
@@ -27,11 +27,11 @@ from typing import Any, Protocol, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-import llm
-from ethan_site import queue
-from ethan_site.pooled import pooled_connection
-from ethan_site.threads import worker_threads
-from llm.types import StreamEvent
+import ethan_llm
+from ethan_llm.types import StreamEvent
+from ethan_shared import queue
+from ethan_shared.pooled import pooled_connection
+from ethan_shared.threads import worker_threads
 
 T = TypeVar("T")
 
@@ -42,7 +42,7 @@ class TurnIO(Protocol):
         ...
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
-        """The model's answer as llm.stream gives it."""
+        """The model's answer as ethan_llm.stream gives it."""
         ...
 
 
@@ -51,7 +51,7 @@ class _SyncIO:
         return step(*args, **kwargs)
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
-        return unsuspending(llm.stream(**request))
+        return unsuspending(ethan_llm.stream(**request))
 
 
 class _AsyncIO:
@@ -75,7 +75,7 @@ class _AsyncIO:
         return result
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
-        return llm.astream(**request)
+        return ethan_llm.astream(**request)
 
 
 @functools.cache

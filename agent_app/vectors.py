@@ -29,7 +29,7 @@ from django.utils import timezone
 from embedder import embedder_name
 from episodes_app.models import Episode
 from episodes_app.services import episodes_embed
-from ethan_site.queue import enqueue, ethan_task
+from ethan_shared.queue import enqueue, ethan_task
 from memory_app.models import Fact
 from memory_app.services import facts_embed
 from sessions_app import meaning

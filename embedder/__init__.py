@@ -1,4 +1,5 @@
-"""Ethan's embedder layer, beside the model layer (llm): `embed(texts)` gives one L2-normalised
+"""Ethan's embedder layer, beside the model layer (ethan_llm): `embed(texts)` gives one
+L2-normalised
 float32 vector per text, from the configured embedder, named so that vectors of different
 models are never compared.
 

@@ -1,5 +1,5 @@
 """`embed()`: texts in, one L2-normalised float32 vector per text out, from the configured
-embedder, batched and retried with llm's one retry policy."""
+embedder, batched and retried with ethan_llm's one retry policy."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from embedder import config, local, providers
 from embedder.config import LOCAL, Choice
 from embedder.types import Embeddings, Kind
 from embedder.vectors import normalise
-from llm import config as llm_config
-from llm.errors import ModelOutputError
-from llm.retry import Retrying
-from llm.routing import GEMINI, OPENAI
+from ethan_llm import config as llm_config
+from ethan_llm.errors import ModelOutputError
+from ethan_llm.retry import Retrying
+from ethan_llm.routing import GEMINI, OPENAI
 
 # Characters of one text sent to a provider; the rest is cut (gemini-embedding-001 reads 2,048
 # tokens at most, OpenAI's 8,192; a Chinese character can be a token or two).
@@ -41,7 +41,7 @@ def embedder_name() -> str | None:
 def embed(texts: Sequence[str], *, kind: Kind = "document") -> Embeddings | None:
     """The vectors of `texts` (one row each, in order), or None when the embedder is off.
 
-    `kind` is "query" for a search's own text, "document" for what is searched. Raises llm's
+    `kind` is "query" for a search's own text, "document" for what is searched. Raises ethan_llm's
     typed errors: ModelConfigError (an unknown embedder, a missing key), ModelAuthError,
     ModelRequestError, ModelUnavailable (after the retries), ModelOutputError (an answer with
     the wrong number of vectors). Blocking: call it from a thread, not the event loop.
@@ -105,7 +105,7 @@ def _from_provider(choice: Choice, texts: list[str], kind: Kind) -> Embeddings:
 
 
 def _with_retries(attempt: Callable[[], np.ndarray], choice: Choice) -> np.ndarray:
-    """llm's retry rule around one request: transient failures (429, 5xx, timeouts) are tried
+    """ethan_llm's retry rule around one request: transient failures (429, 5xx, timeouts) are tried
     again after its backoff, the others raised at once, all typed."""
     settings = llm_config.current()
     translate = providers.translator(choice.provider)

@@ -1,9 +1,9 @@
 """Which embedder is configured, and how its name is read.
 
-Plain Python, like llm.config: Django's settings hand ETHAN_EMBEDDER over once at start-up
+Plain Python, like ethan_llm.config: Django's settings hand ETHAN_EMBEDDER over once at start-up
 (ethan_site's AppConfig), so `embedder: openai:text-embedding-3-small` in config.yaml works as
-well as the environment variable. Keys, base URLs, timeouts and retries are llm's own settings
-(llm.config.current()): one place to set a provider's key.
+well as the environment variable. Keys, base URLs, timeouts and retries are ethan_llm's own settings
+(ethan_llm.config.current()): one place to set a provider's key.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from embedder import local
-from llm.errors import ModelConfigError
-from llm.routing import GEMINI, OPENAI
+from ethan_llm.errors import ModelConfigError
+from ethan_llm.routing import GEMINI, OPENAI
 
 LOCAL = "local"  # the default model, in this process
 DEFAULT = "default"

@@ -1,7 +1,8 @@
 """Embeddings from a provider, through its SDK: OpenAI's `embeddings.create` (which Ollama, vLLM
 and llama.cpp also serve, at OPENAI_BASE_URL) and Gemini's `embed_content`.
 
-One attempt each: the retries are llm's (llm.retry.Retrying, in embedder.client), so the SDKs'
+One attempt each: the retries are ethan_llm's (ethan_llm.retry.Retrying, in embedder.client), so
+the SDKs'
 own are off, and their exceptions are translated by the chat adapters of the same providers.
 The SDKs are imported when an embedder of theirs is first used.
 """
@@ -15,9 +16,9 @@ import numpy as np
 
 from embedder.config import Choice
 from embedder.types import Kind
-from llm import config as llm_config
-from llm.errors import ModelOutputError
-from llm.routing import GEMINI, OPENAI
+from ethan_llm import config as llm_config
+from ethan_llm.errors import ModelOutputError
+from ethan_llm.routing import GEMINI, OPENAI
 
 # Gemini's retrieval task types: a question and the passage that answers it are embedded for
 # each other.
@@ -77,9 +78,9 @@ def embed_gemini(choice: Choice, texts: Sequence[str], kind: Kind) -> np.ndarray
 
 
 def translator(provider: str):
-    """The translation of the provider's SDK exceptions into llm's typed errors: its chat
+    """The translation of the provider's SDK exceptions into ethan_llm's typed errors: its chat
     adapter's, so an embedding fails in the same words as a turn."""
-    from llm.registry import provider_entry
+    from ethan_llm.registry import provider_entry
 
     return provider_entry(provider).chat().translate
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from episodes_app.models import Episode
 from episodes_app.services import episode_search_tokens
-from ethan_site.layout import (
+from ethan_shared.layout import (
     Imported,
     LayoutError,
     epoch,

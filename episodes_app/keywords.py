@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from llm.text import sentences, words
+from ethan_llm.text import sentences, words
 
 KEYWORD_COUNT = 8
 # What may come before a sentence's first word.

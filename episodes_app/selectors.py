@@ -11,7 +11,7 @@ from django.db.models import Count, Subquery
 from django.utils import timezone
 
 from episodes_app.models import Episode
-from llm.tokens import estimate_tokens
+from ethan_llm.tokens import estimate_tokens
 from sessions_app import meaning
 from sessions_app.search import bm25, matching, mean_length, query_terms
 

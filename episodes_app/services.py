@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 from django.utils import timezone
 
-import llm
+import ethan_llm
 from episodes_app.keywords import keywords_for
 from episodes_app.models import Episode
-from llm import memory as llm_memory
-from llm.types import Message as LLMMessage
+from ethan_llm import memory as llm_memory
+from ethan_llm.types import Message as LLMMessage
 from sessions_app import meaning
 from sessions_app.models import ChatSession
 from sessions_app.rounds import rounds_messages
@@ -81,7 +81,7 @@ def episode_write(
     messages = rounds_messages(session=session, first=first, last=session.round_count)
     if earlier_summary.strip() and first > 1:
         messages = [LLMMessage.user(f"[对话摘要]\n{earlier_summary.strip()}"), *messages]
-    model = llm.compression_model(session.model or llm.default_model())
+    model = ethan_llm.compression_model(session.model or ethan_llm.default_model())
     if summary is None:
         summary = llm_memory.summarize(model=model, rounds=messages)
     said = [m.content for m in messages if m.role == "user"]

@@ -12,7 +12,8 @@ class EthanSiteConfig(AppConfig):
         from django.core.signals import request_finished
         from django.db.models.signals import post_migrate
 
-        from ethan_site import checks, queue, schedule  # noqa: F401 (checks registers)
+        from ethan_shared import queue
+        from ethan_site import checks, schedule  # noqa: F401 (checks registers)
         from ethan_site.access_log import access_logs_without_queries
 
         access_logs_without_queries()
@@ -21,10 +22,10 @@ class EthanSiteConfig(AppConfig):
         request_finished.connect(queue.on_request_finished, dispatch_uid="ethan_run_deferred")
         post_migrate.connect(schedule.on_post_migrate, dispatch_uid="ethan_schedule")
 
-        import llm
+        import ethan_llm
 
-        # llm is plain Python: it gets Django's resolved settings once, here.
-        llm.configure(
+        # ethan_llm is plain Python: it gets Django's resolved settings once, here.
+        ethan_llm.configure(
             env=settings.ETHAN_MODEL_API_ENV,
             model=settings.ETHAN_MODEL,
             timeout=settings.ETHAN_MODEL_TIMEOUT,

@@ -4,7 +4,7 @@ webhook, /healthz) and the MCP SDK's streamable HTTP app at /mcp, in one process
 `make serve` runs it under uvicorn (ethan_site.serve, `ethan serve`); any ASGI server can:
 `uvicorn ethan_site.asgi:application`. Its lifespan starts the MCP session manager and, without
 a broker, the periodic work (ethan_site.periodic); at shutdown it stops that and lets the turns
-still running finish for up to ETHAN_DRAIN_SECONDS (channels.turns).
+still running finish for up to ETHAN_DRAIN_SECONDS (channels_app.turns).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.utils.log import log_response
 
-from ethan_site.config import settings_or_exit
+from ethan_shared.config import settings_or_exit
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-from ethan_site.threads import CountedThread  # noqa: E402
+from ethan_shared.threads import CountedThread  # noqa: E402
 
 
 class DjangoHandler(ASGIHandler):
@@ -49,7 +49,7 @@ class DjangoHandler(ASGIHandler):
       it), where Django's own ASGI handler calls every middleware's hooks through a thread of
       their own, about twenty hops between the loop and a thread for one request: about a
       quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
-    - A door's view that started a turn returns a TurnAnswer (channels.web): its answer is
+    - A door's view that started a turn returns a TurnAnswer (channels_app.web): its answer is
       written here, on the loop, so no thread waits while the model writes.
     - The threads are ETHAN_REQUEST_THREADS long-lived ones, each running one call at a time
       (its signals, the middleware, a synchronous view), a request given to the least busy,
@@ -80,7 +80,7 @@ class DjangoHandler(ASGIHandler):
             await self.handle(scope, receive, send)
 
     async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
-        request.turn_on_loop = True  # channels.web.turn_view: answered below
+        request.turn_on_loop = True  # channels_app.web.turn_view: answered below
         response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
         if isinstance(response, TurnAnswer):
             try:
@@ -102,10 +102,10 @@ class DjangoHandler(ASGIHandler):
 django_application = DjangoHandler()
 
 import embedder  # noqa: E402
-import llm  # noqa: E402
-from channels.mcp_server.server import http_app  # noqa: E402
-from channels.turns import TURNS  # noqa: E402
-from channels.web import TurnAnswer  # noqa: E402
+import ethan_llm  # noqa: E402
+from channels_app.mcp_server.server import http_app  # noqa: E402
+from channels_app.turns import TURNS  # noqa: E402
+from channels_app.web import TurnAnswer  # noqa: E402
 from ethan_site.errors import exception_answer  # noqa: E402
 from ethan_site.forwarded import forwarded_scope  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
@@ -192,7 +192,7 @@ class Doors:
                 await asyncio.to_thread(PERIODIC.stop)
                 await TURNS.drain()
                 # The model clients' connections, closed with the loop they belong to.
-                await llm.aclose()
+                await ethan_llm.aclose()
                 # As it was before the server started (for a process that goes on: a test's).
                 _threads_keep_connections(False)
                 _serving_gc(False)
@@ -204,8 +204,8 @@ class Doors:
 def _preload() -> None:
     started = time.monotonic()
     try:
-        provider = llm.preload()
-    except llm.ModelError as exc:  # a model set wrong: every turn says so, in its own words
+        provider = ethan_llm.preload()
+    except ethan_llm.ModelError as exc:  # a model set wrong: every turn says so, in its own words
         log.warning("the model's SDK was not loaded ahead of the first turn: %s", exc)
         return
     log.info(

@@ -20,7 +20,7 @@ def __getattr__(name: str):
     if name == "django_settings":
         from django.conf import settings
 
-        from ethan_site.config import settings_or_exit
+        from ethan_shared.config import settings_or_exit
 
         settings_or_exit("celery")
         return settings

@@ -75,7 +75,7 @@ def _migrate_embedded() -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
-    from ethan_site.config import ConfigError
+    from ethan_shared.config import ConfigError
 
     args = route(argv)
     if args == ["help_ethan"]:
@@ -191,8 +191,8 @@ class _HeldWrites:
         """Make the writes, in the settings' order, and give the settings what they return."""
         from django.conf import settings
 
-        from ethan_site.config import secret_key_file
-        from ethan_site.private import home_tighten
+        from ethan_shared.config import secret_key_file
+        from ethan_shared.private import home_tighten
 
         for write, args, kwargs in self.calls:
             result = write(*args, **kwargs)
@@ -209,7 +209,7 @@ def _home_writes_held() -> Iterator[_HeldWrites]:
     folder and the SQLite file made private, the install's secret key made): `ethan serve
     --help` or a mistyped option on a fresh install must leave no ~/.ethan behind. The
     settings get a stand-in key until held.write() makes the real one."""
-    from ethan_site import config, private
+    from ethan_shared import config, private
 
     held = _HeldWrites()
     real = (private.private_file, private.home_tighten, config.secret_key_file)

@@ -31,7 +31,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.utils.deprecation import MiddlewareMixin
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
-from ethan_site.api import openai_error
+from ethan_shared.api import openai_error
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*)
 MASK = "********************"
 
 
-# The OpenAI-compatible endpoint (channels.openai): errors in OpenAI's shape.
+# The OpenAI-compatible endpoint (channels_app.openai): errors in OpenAI's shape.
 OPENAI_PREFIX = "/v1/"
 
 

@@ -27,7 +27,7 @@ from django.views.decorators.http import require_GET
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ethan_site.pooled import pooled_connection
+from ethan_shared.pooled import pooled_connection
 
 BROKER_TIMEOUT_SECONDS = 2.0
 HEALTH_CLIENT_NAME = "ethan-healthz"

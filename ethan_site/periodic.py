@@ -15,7 +15,7 @@ clear expired OAuth tokens: each server process runs them in a thread of its own
   under beat.
 - The admin's `enabled` flag is honoured at every claim; the periods are ethan_site.schedule's
   (close_idle's bounded by the idle time), times ETHAN_PERIODIC_SCALE.
-- Off the event loop, at the worker threads' lower priority (ethan_site.threads): a sweep never
+- Off the event loop, at the worker threads' lower priority (ethan_shared.threads): a sweep never
   holds a stream. The tasks' own deferred work (a session's end after close_idle) runs in the
   same thread, right after the task, as a request's runs after its response.
 - At shutdown the thread is told to stop and waited for STOP_WAIT_SECONDS at most: a task still
@@ -37,9 +37,9 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from ethan_site.queue import run_deferred
+from ethan_shared.queue import run_deferred
+from ethan_shared.threads import _nicer
 from ethan_site.schedule import PERIODIC_TASKS, Periodic
-from ethan_site.threads import _nicer
 
 log = logging.getLogger(__name__)
 

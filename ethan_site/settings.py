@@ -1,7 +1,7 @@
 """Ethan's one settings module, driven by the environment.
 
 Precedence for every value: the environment, then $ETHAN_HOME/config.yaml, then the default
-(see ethan_site/config.py and the configuration table in README.md). With nothing set, Ethan runs
+(see ethan_shared/config.py and the configuration table in README.md). With nothing set, Ethan runs
 embedded: SQLite under $ETHAN_HOME, no broker (tasks run in-process after the reply), and the
 offline model.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 import dj_database_url
 
 from embedder import config as embedder_config
-from ethan_site.config import Config, ConfigError, secret_key_file
-from ethan_site.private import home_tighten, private_file
-from llm.config import PROVIDER_VARS
-from llm.errors import ModelConfigError
-from llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes, provider_for
+from ethan_llm.config import PROVIDER_VARS
+from ethan_llm.errors import ModelConfigError
+from ethan_llm.routing import DEFAULT_COMPRESSION_ROUTES, parse_routes, provider_for
+from ethan_shared.config import Config, ConfigError, secret_key_file
+from ethan_shared.private import home_tighten, private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Lower case: not a setting, so no error page ever lists it (it holds the whole environment).
@@ -106,8 +106,8 @@ INSTALLED_APPS = [
     "profile_app",
     "episodes_app",
     "agent_app",
-    # The doors above the turn: console, REST chat, /v1, Lark (channels/).
-    "channels",
+    # The doors above the turn: console, REST chat, /v1, Lark (channels_app/).
+    "channels_app",
     # Ethan as its own OAuth authorization server, for MCP hosts that connect by URL
     # (django-oauth-toolkit's models and views, extended in oauth_app).
     "oauth2_provider",
@@ -197,7 +197,7 @@ DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The home holds one person's memory: the folder 0700, Ethan's files in it 0600
-# (ethan_site.private). A home from before, or opened up by hand, is tightened here, by whichever
+# (ethan_shared.private). A home from before, or opened up by hand, is tightened here, by whichever
 # process starts first, with one line saying so; a start that changes nothing says nothing.
 _tightened = home_tighten(
     ETHAN_HOME,
@@ -232,7 +232,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_THROTTLE_CLASSES": ["ethan_site.throttles.PerUserThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["ethan_shared.throttles.PerUserThrottle"],
     "DEFAULT_THROTTLE_RATES": {
         "user": _config.rate("ETHAN_API_RATE", "600/min"),
         # Sign-in attempts on every sign-in form, per username and per client address
@@ -243,7 +243,7 @@ REST_FRAMEWORK = {
     # the scheme its X-Forwarded-Proto (ethan_site.forwarded: no URL made points to http).
     "NUM_PROXIES": _config.get("ETHAN_NUM_PROXIES", 0, int),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "ethan_site.api.exception_handler",
+    "EXCEPTION_HANDLER": "ethan_shared.api.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ethan API",
@@ -332,7 +332,7 @@ ETHAN_V1_MAX_ATTACHMENTS = _config.positive("ETHAN_V1_MAX_ATTACHMENTS", 10)
 # than ETHAN_TURN_CLAIM_SECONDS belongs to a process that died and is taken over.
 ETHAN_TURN_WAIT_SECONDS = _config.positive("ETHAN_TURN_WAIT_SECONDS", 120)
 ETHAN_TURN_CLAIM_SECONDS = _config.positive("ETHAN_TURN_CLAIM_SECONDS", 900)
-# The web server's turns (ethan_site.serve, channels.turns): at most this many answered at once
+# The web server's turns (ethan_site.serve, channels_app.turns): at most this many answered at once
 # in one process (past it: 503 with Retry-After), and at most this many of one person's at once
 # (past it: 429 with Retry-After; a chat app opens a few at once: the chat, a title,
 # suggestions). On SIGTERM the server takes no new turn and lets running ones finish for at
@@ -353,7 +353,7 @@ ETHAN_HEADER_TIMEOUT = _config.positive("ETHAN_HEADER_TIMEOUT", 10)
 # (docs/benchmarks.md).
 ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 2)
 ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
-# Their nice value on Linux (ethan_site.threads): the event loop goes first when the CPU is
+# Their nice value on Linux (ethan_shared.threads): the event loop goes first when the CPU is
 # short. 0 leaves them as the loop is.
 ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
 # While the server serves, the objects allocated between two of the garbage collector's young
@@ -481,7 +481,7 @@ ETHAN_LARK_MAX_SKEW_SECONDS = _config.positive("ETHAN_LARK_MAX_SKEW_SECONDS", 30
 # most once per this many seconds (Lark allows 5 updates a second per message: at least 0.25).
 ETHAN_LARK_CARD_SECONDS = max(0.25, _config.get("ETHAN_LARK_CARD_SECONDS", 0.6, float))
 
-# --- Models (handed to the plain-Python llm package in EthanSiteConfig.ready) -------------------
+# --- Models (handed to the plain-Python ethan_llm package in EthanSiteConfig.ready) ---------------
 
 # The main chat model id; empty lets the LLM layer choose (first provider with a key, or offline).
 ETHAN_MODEL = _config.get("ETHAN_MODEL", "", str)
@@ -532,7 +532,7 @@ _cache_url = _config.get("ETHAN_CACHE_URL", "", str) or (
     if _config.get("CELERY_BROKER_URL", "", str).startswith(("redis://", "rediss://"))
     else ""
 )
-# Whether every process on every machine sees the same cache: ethan_site.queue's coalesced
+# Whether every process on every machine sees the same cache: ethan_shared.queue's coalesced
 # wake-ups need it (one machine's flag cleared by another machine's worker).
 ETHAN_CACHE_SHARED = bool(_cache_url)
 if _cache_url:
@@ -558,7 +558,7 @@ else:
     }
 
 # --- Celery ----------------------------------------------------------------------------------
-# One block. Unset broker = embedded mode: ethan_site.queue.enqueue() runs tasks in this process
+# One block. Unset broker = embedded mode: ethan_shared.queue.enqueue() runs tasks in this process
 # once the reply has been delivered (after the console prints it, or when Django has finished
 # sending the HTTP response), so nothing needs Redis on a laptop.
 

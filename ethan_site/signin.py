@@ -2,7 +2,7 @@
 
 Each of them checks a password through django.contrib.auth.authenticate(), which asks the
 AUTHENTICATION_BACKENDS in order; SignInThrottleBackend comes first, so every attempt is
-counted (ethan_site.throttles.LoginThrottle) before any backend looks at a password, and one
+counted (ethan_shared.throttles.LoginThrottle) before any backend looks at a password, and one
 past the rate stops there. The page then answers 429: SignInThrottleMiddleware shows the form
 that was posted again, empty, with the wait.
 """
@@ -14,7 +14,7 @@ from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.http import HttpRequest, HttpResponse
 from django.utils.deprecation import MiddlewareMixin
 
-from ethan_site.throttles import LoginThrottle, SignInThrottled
+from ethan_shared.throttles import LoginThrottle, SignInThrottled
 
 
 class SignInThrottleBackend(BaseBackend):

@@ -2,9 +2,9 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from channels import urls as doors
-from channels.home_page import home
-from channels.lark.webhook import lark_webhook
+from channels_app import urls as doors
+from channels_app.home_page import home
+from channels_app.lark.webhook import lark_webhook
 from ethan_site.health import healthz
 from profile_app.views import ProfilePage
 
@@ -14,8 +14,8 @@ urlpatterns = [
     # Sign-in ("login") among them: its throttle is every sign-in form's (ethan_site.signin).
     path("accounts/", include("django.contrib.auth.urls")),
     path("profile/", ProfilePage.as_view(), name="profile"),
-    path("memory/", include("channels.memory_page.urls")),
-    # The turn's doors (channels/): POST /api/chat, and /v1 below.
+    path("memory/", include("channels_app.memory_page.urls")),
+    # The turn's doors (channels_app/): POST /api/chat, and /v1 below.
     path("api/", include(doors.api)),
     path("api/", include("agent_app.urls")),
     path("api/", include("sessions_app.urls")),

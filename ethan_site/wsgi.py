@@ -4,7 +4,7 @@ import os
 
 from django.core.wsgi import get_wsgi_application
 
-from ethan_site.config import settings_or_exit
+from ethan_shared.config import settings_or_exit
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # A bad setting stops the server with one line naming it, not an error on every request.

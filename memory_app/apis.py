@@ -10,8 +10,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ethan_site.api import paginate, refused
-from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
+from ethan_shared.api import paginate, refused
+from ethan_shared.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app import services
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.selectors import facts_for_owner

@@ -5,7 +5,7 @@ stores it: exactly once). Without more, two workers racing on one session (a tur
 the catch-up sweep, a redelivered task) would both call the model and one would throw its
 answer away. So memory work first claims the session's WorkingState row, with a conditional
 UPDATE too, for ETHAN_MEMORY_CLAIM_SECONDS: longer than one model call with its retries
-(llm.config: 4 attempts of 60 s and their waits), renewed before every call. A worker killed
+(ethan_llm.config: 4 attempts of 60 s and their waits), renewed before every call. A worker killed
 mid-call leaves a claim that runs out, and the next one takes it.
 """
 

@@ -4,7 +4,7 @@
 - Strong signals from the user ("记住", "纠正", "偏好", "remember", "correct that",
   "I prefer") earn 0.9 to 0.95 (the extractor says which), only when told: a question that
   says them ("Do you remember where I live?", "你还记得我女儿叫什么吗？") asks, it tells
-  nothing (llm.text.is_question, the offline model's rule too).
+  nothing (ethan_llm.text.is_question, the offline model's rule too).
 - A fact the agent writes with memory_write starts at 0.95 (AGENT_PROACTIVE).
 - Finding the same fact again reinforces it: with c = max(old, new),
   c <- min(0.99, c + (1 - c) * 0.2), and hit_count + 1. Repeated evidence approaches
@@ -19,7 +19,7 @@
 
 from collections.abc import Sequence
 
-from llm.text import person_words, sentences, tells
+from ethan_llm.text import person_words, sentences, tells
 
 EXTRACTED = 0.8
 STRONG_SIGNAL = 0.9
@@ -39,7 +39,7 @@ def from_importance(importance: float, *, said: Sequence[str] = ()) -> float:
     marked a strong signal (importance >= 0.9). The rule, not the model, sets the range.
 
     `said`: what the person said that the fact came from (its source messages). When all of
-    it asks (a question, a request) or is markup around other words (llm.text.person_words:
+    it asks (a question, a request) or is markup around other words (ethan_llm.text.person_words:
     a quoted transcript, an app's prompt), the signal was not the person's: 0.8."""
     if said and not any(tells(part) for text in said for part in sentences(person_words(text))):
         return EXTRACTED

@@ -2,7 +2,7 @@
 cold zone (facts), on a Celery worker or, embedded, after the reply.
 
 Every round is extracted soon: a compress batch's one call to the compression model gives its
-summary and its facts together (llm.memory.consolidate), and a session's end extracts what is
+summary and its facts together (ethan_llm.memory.consolidate), and a session's end extracts what is
 left, the hot zone (consolidation_finish, with the episode's summary in the same call). Once
 the warm summaries cover warm_capacity rounds they fold into the rolling summary.
 
@@ -26,10 +26,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-import llm
-from llm import memory as llm_memory
-from llm.text import dated, fact_slot, terms
-from llm.types import Message as LLMMessage
+import ethan_llm
+from ethan_llm import memory as llm_memory
+from ethan_llm.text import dated, fact_slot, terms
+from ethan_llm.types import Message as LLMMessage
 from memory_app import confidence as rules
 from memory_app import selectors, services
 from memory_app.claims import memory_work_claimed
@@ -66,7 +66,7 @@ class ConsolidationReport:
 
 
 def compression_model(session: ChatSession) -> str:
-    return llm.compression_model(session.model or llm.default_model())
+    return ethan_llm.compression_model(session.model or ethan_llm.default_model())
 
 
 def consolidation_run(
@@ -142,7 +142,7 @@ def _state(session: ChatSession) -> WorkingState:
 @dataclass(frozen=True)
 class SaidRounds:
     """The stored messages of some rounds that memory work reads, in the order it numbers
-    them (turn n is rows[n - 1], as llm.memory.turns_of keeps them), with each one's round."""
+    them (turn n is rows[n - 1], as ethan_llm.memory.turns_of keeps them), with each one's round."""
 
     rows: list[Message]
     rounds: list[int]
@@ -257,7 +257,7 @@ def decide_offline(item: llm_memory.ExtractedFact, known: list[Fact]) -> tuple[s
     - the same words (ignoring case, spacing, punctuation) as an active fact → NONE
       (the fact is reinforced);
     - the same slot as a fact with another value (where the person lives, whom they work
-      for, what they work as: llm.text.fact_slot) → SUPERSEDE that fact: "I moved to
+      for, what they work as: ethan_llm.text.fact_slot) → SUPERSEDE that fact: "I moved to
       Porto" replaces "I live in Lisbon";
     - a correction sharing at least 20% of its terms with a fact → SUPERSEDE that fact;
     - otherwise at least 60% shared terms (Jaccard) → UPDATE (the same fact, reworded);

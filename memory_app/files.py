@@ -1,7 +1,7 @@
 """The cold store's part of the ~/.ethan layout (docs/files.md): memory/facts.json (with the
 optional `sources` provenance, [{session_id, seq}]) and memory/procedures.json.
 
-Read: validated into plain rows, the limits (ethan_site.limits) included. Import: in bulk and
+Read: validated into plain rows, the limits (ethan_shared.limits) included. Import: in bulk and
 idempotent (facts and procedures by normalised content), the keys and search tokens derived as
 fact_write and procedure_write derive them (normalize.content_key,
 services.fact_search_tokens). Export: the owner's active facts and all their procedures.
@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from ethan_site.layout import (
+from ethan_shared.layout import (
     BATCH,
     Imported,
     LayoutError,
@@ -30,7 +30,7 @@ from ethan_site.layout import (
     whole_number,
     within,
 )
-from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
+from ethan_shared.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.normalize import content_key, normalize
 from memory_app.services import fact_search_tokens

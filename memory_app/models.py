@@ -4,8 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from ethan_site import limits
-from ethan_site.limits import max_chars
+from ethan_shared import limits
+from ethan_shared.limits import max_chars
 
 
 class Fact(models.Model):

@@ -13,7 +13,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ethan_site.limits import (
+from ethan_shared.limits import (
     FACT_MAX_CHARS,
     RULE_CONTEXT_MAX_CHARS,
     RULE_MAX_CHARS,
@@ -77,7 +77,7 @@ def facts_reindex(*, batch: int) -> Iterator[ReindexStep]:
 
 
 def _within(field: str, what: str, text: str, limit: int) -> None:
-    """ethan_site.limits, checked first, before a fact or rule is matched against the stored
+    """ethan_shared.limits, checked first, before a fact or rule is matched against the stored
     ones: text no one can store (storable_text) or an over-long text is refused whole: never
     cut, never taken as a known one."""
     try:

@@ -1,9 +1,9 @@
 """Thin Celery shells over the memory services: ids in, a service call, the shared retry
-policy (ethan_site.queue.ethan_task). Each is named after its service with `_task`; `name=` is
+policy (ethan_shared.queue.ethan_task). Each is named after its service with `_task`; `name=` is
 the stable name queued messages and the beat schedule use. The services are imported inside
 each task: services import tasks to enqueue them, never the other way round at import time."""
 
-from ethan_site.queue import ethan_task
+from ethan_shared.queue import ethan_task
 
 
 @ethan_task(name="memory.consolidate_session")

@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
-from llm.types import Message as LLMMessage
+from ethan_llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
 from sessions_app.selectors import session_questions
 

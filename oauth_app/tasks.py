@@ -2,7 +2,7 @@
 
 from oauth2_provider.models import clear_expired
 
-from ethan_site.queue import ethan_task
+from ethan_shared.queue import ethan_task
 from oauth_app.services import used_codes_clear
 
 

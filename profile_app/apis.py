@@ -7,8 +7,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ethan_site.api import refused
-from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
+from ethan_shared.api import refused
+from ethan_shared.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
 from profile_app import selectors, services
 from profile_app.markdown import ProfileParseError, render
 from profile_app.sections import SECTIONS, section_for

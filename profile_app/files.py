@@ -12,9 +12,9 @@ from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from ethan_site.layout import Imported, LayoutError
-from ethan_site.limits import PROFILE_MAX_CHARS
-from ethan_site.private import private_write_text
+from ethan_shared.layout import Imported, LayoutError
+from ethan_shared.limits import PROFILE_MAX_CHARS
+from ethan_shared.private import private_write_text
 from profile_app.markdown import ProfileParseError, parse, render
 from profile_app.selectors import profile_markdown
 from profile_app.services import profile_sections_replace

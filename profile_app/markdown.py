@@ -19,11 +19,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ethan_site.limits import PROFILE_MAX_CHARS, UnstorableText, storable_text
+from ethan_shared.limits import PROFILE_MAX_CHARS, UnstorableText, storable_text
 from profile_app.sections import SECTIONS, section_for
 
 TITLE = "# 用户画像"
-# The longest document taken (ethan_site.limits): the services keep every stored profile's
+# The longest document taken (ethan_shared.limits): the services keep every stored profile's
 # rendering within it too, so what is rendered can always be parsed back.
 MAX_CHARS = PROFILE_MAX_CHARS
 _HEADING_LIKE = re.compile(r"^(\\*)(#{1,2})(?=\s|$)")

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from ethan_site.limits import PROFILE_MAX_CHARS, max_chars
+from ethan_shared.limits import PROFILE_MAX_CHARS, max_chars
 from profile_app.sections import SECTIONS
 
 

@@ -9,13 +9,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from ethan_site.limits import (
+from ethan_llm.text import terms
+from ethan_shared.limits import (
     PROFILE_ENTRY_MAX_CHARS,
     PROFILE_MAX_CHARS,
     storable_text,
     too_long,
 )
-from llm.text import terms
 from profile_app.markdown import ProfileParseError, normalize_content, parse, render
 from profile_app.models import ProfileRevision, ProfileSection
 from profile_app.sections import SECTIONS, section_for
@@ -47,7 +47,7 @@ def same_subject(existing: str, entry: str) -> bool:
     An existing bullet is replaced by the new entry when
     - both start with the same label before a colon ("名字：张三" / "名字：李雷", "Name: …"):
       the new value contradicts or updates the old one; or
-    - their terms (English words, Chinese character bigrams; see llm.text) overlap by at least
+    - their terms (English words, Chinese character bigrams; see ethan_llm.text) overlap by at least
       half (Jaccard >= 0.5): they say nearly the same thing.
     """
     old_text, new_text = _entry_text(existing), _entry_text(entry)
@@ -81,7 +81,7 @@ def profile_update(
 ) -> ProfileSection:
     """Change one section; the previous text is kept as a revision. ValueError on bad input:
     an unknown section or mode, an empty entry, text no one can store (a NUL character, a
-    lone surrogate: ethan_site.limits.storable_text), an append/merge entry longer than
+    lone surrogate: ethan_shared.limits.storable_text), an append/merge entry longer than
     PROFILE_ENTRY_MAX_CHARS, or a change that would make the whole rendered user_profile.md
     longer than PROFILE_MAX_CHARS (so what GET /api/profile gives can always be PUT back)."""
     target = section_for(section)

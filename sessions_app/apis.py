@@ -8,8 +8,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ethan_site.api import paginate
-from ethan_site.limits import SEARCH_QUERY_MAX_CHARS
+from ethan_shared.api import paginate
+from ethan_shared.limits import SEARCH_QUERY_MAX_CHARS
 from sessions_app import selectors, services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import ChatSession, Message

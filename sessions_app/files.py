@@ -22,8 +22,8 @@ from django.db.models import F, Max, Value
 from django.db.models.functions import Concat
 from django.utils import timezone
 
-from ethan_site.layout import BATCH, Imported, LayoutError, epoch, file_time, storable
-from ethan_site.private import private_file
+from ethan_shared.layout import BATCH, Imported, LayoutError, epoch, file_time, storable
+from ethan_shared.private import private_file
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
 from sessions_app.services import message_opens_round
@@ -224,7 +224,7 @@ def sessions_export(*, owner: AbstractBaseUser, home: Path) -> dict[str, int]:
     counts = {"sessions": 0, "messages": 0}
     path = home / SESSIONS_DB
     path.unlink(missing_ok=True)
-    # 0600 before SQLite opens it, which gives its -journal the same mode (ethan_site.private).
+    # 0600 before SQLite opens it, which gives its -journal the same mode (ethan_shared.private).
     db = sqlite3.connect(private_file(path))
     try:
         db.execute(

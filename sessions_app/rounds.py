@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from llm.types import Message as LLMMessage
+from ethan_llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
 
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""The one search engine for memory: BM25 over the shared tokenizer (llm.text.tokenize: jieba
+"""The one search engine for memory: BM25 over the shared tokenizer (ethan_llm.text.tokenize: jieba
 for Chinese, lower-cased, stopword-free, Snowball-stemmed English).
 
 Each searchable row (a message, a fact, an episode) keeps its tokens in `search_tokens`, written
@@ -34,7 +34,7 @@ from django.db import connection, transaction
 from django.db.models import BooleanField, F, FloatField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from llm.text import TimeSpan, time_named, tokenize
+from ethan_llm.text import TimeSpan, time_named, tokenize
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from django.db.models import BooleanField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from ethan_site.limits import UnstorableText, storable_text
+from ethan_shared.limits import UnstorableText, storable_text
 from sessions_app import meaning, search
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
 from sessions_app.models import ChatSession, Message

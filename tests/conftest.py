@@ -64,10 +64,10 @@ def _fresh_throttle_counts():
 
 @pytest.fixture(autouse=True)
 def _turns_admitted():
-    """The process's turns (channels.turns.TURNS) as a server starting has them: admitting,
+    """The process's turns (channels_app.turns.TURNS) as a server starting has them: admitting,
     none counted. A server a test ran in this process (the ASGI application under uvicorn in a
     thread) stops admitting when it shuts down, as a real one does before it exits."""
-    from channels.turns import TURNS
+    from channels_app.turns import TURNS
 
     TURNS.admitting()
     yield

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from channels.lark.client import LarkClient
-from channels.lark.crypto import encrypt, signature
+from channels_app.lark.client import LarkClient
+from channels_app.lark.crypto import encrypt, signature
 from tests.fakes.lark_fake import FakeLark
 
 TOKEN, KEY = "v-token-123", "e-key-456"
@@ -101,7 +101,7 @@ def worker_answers(workers, name: str, text: str, *, model_url: str, lark: FakeL
     gpt-4o on the OpenAI fake at `model_url` and Lark on the fake, and queue the event to it;
     returns the worker, the event and the worker's environment (for a sweep run here)."""
     from agent_app.models import LarkEvent
-    from channels.lark.tasks import lark_event_handle_task
+    from channels_app.lark.tasks import lark_event_handle_task
 
     env = {
         "OPENAI_API_KEY": "test-key",
@@ -139,7 +139,7 @@ def lark(settings, llm_config, monkeypatch):
     settings.LARK_VERIFICATION_TOKEN, settings.LARK_ENCRYPT_KEY = TOKEN, KEY
     settings.LARK_BOT_OPEN_ID = ""
     forget_cached()
-    from channels.lark import handling
+    from channels_app.lark import handling
 
     real = handling.lark_client
 

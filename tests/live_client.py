@@ -47,7 +47,7 @@ class ServerActivity:
 def server_activity() -> Iterator[ServerActivity]:
     activity = ServerActivity()
     request_started.connect(activity.started)
-    # Connected after ethan_site.queue's receiver, so it runs after the deferred tasks.
+    # Connected after ethan_shared.queue's receiver, so it runs after the deferred tasks.
     request_finished.connect(activity.finished)
     try:
         yield activity

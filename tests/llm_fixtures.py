@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from llm import config
+from ethan_llm import config
 from tests.fakes.anthropic_fake import FakeAnthropic
 from tests.fakes.base import FakeServer
 from tests.fakes.gemini_fake import FakeGemini

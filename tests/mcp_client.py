@@ -49,7 +49,7 @@ def served_in_thread() -> Iterator[str]:
     test's database. Yields the /mcp URL."""
     import uvicorn
 
-    from channels.mcp_server.server import http_app
+    from channels_app.mcp_server.server import http_app
 
     port = free_port()
     config = uvicorn.Config(

@@ -1,10 +1,10 @@
-"""The sign-in throttle's clock under test (ethan_site.throttles.LoginThrottle)."""
+"""The sign-in throttle's clock under test (ethan_shared.throttles.LoginThrottle)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ethan_site.throttles import LoginThrottle
+from ethan_shared.throttles import LoginThrottle
 
 
 class Clock:

@@ -13,73 +13,62 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = (
     "ethan_site",
-    "llm",
+    "ethan_shared",
+    "ethan_llm",
     "embedder",
     "sessions_app",
     "memory_app",
     "profile_app",
     "episodes_app",
     "agent_app",
-    "channels",
+    "channels_app",
     "oauth_app",
     # The benchmarks: above everything (nothing imports them), and without circles either.
     "bench",
 )
 
-# ethan_site is two things: the composition root (settings, urls, celery, wsgi… which import the
-# apps) and a few modules of shared infrastructure that any layer may use. ethan_site.layout:
-# every layer app reads and writes its own part of the ~/.ethan file layout (<app>/files.py),
-# and they share its error (file and place named) and its few value helpers.
-SHARED = {
-    "ethan_site.api",
-    # Reading config.yaml: the settings at start-up, and the import of a layout (agent_app.files).
-    "ethan_site.config",
-    "ethan_site.layout",
-    "ethan_site.limits",
-    "ethan_site.pooled",
-    "ethan_site.private",
-    "ethan_site.queue",
-    "ethan_site.threads",
-    "ethan_site.throttles",
-}
-
+# ethan_site is the wiring (settings, urls, asgi, celery, wsgi, which import the apps): nothing
+# in a layer imports it. ethan_shared is the floor below every app: queue, limits, threads,
+# pooled connections, the ~/.ethan layout's helpers, config.yaml, the API's authentication and
+# throttles (ethan_shared.layout: every layer app reads and writes its own part of the file
+# layout, <app>/files.py, and they share its error and its few value helpers).
 # Which top-level package may import which at module level ("Imports point one way: channels →
-# agent_app → the four layer apps → llm; memory_app may use sessions_app and profile_app;
+# agent_app → the four layer apps → ethan_llm; memory_app may use sessions_app and profile_app;
 # episodes_app may use sessions_app; sessions_app and profile_app use neither of the others").
-# "shared" is the SHARED modules above; every package may also import itself.
+# "shared" is ethan_shared; every package may also import itself.
 ALLOWED = {
-    "llm": set(),
-    # The embedder layer, the model layer's neighbour: plain Python on llm's settings, errors
+    "ethan_llm": set(),
+    # The embedder layer, the model layer's neighbour: plain Python on ethan_llm's settings, errors
     # and retry policy; every app may use it, it uses none of them.
-    "embedder": {"llm"},
-    "shared": {"llm", "embedder"},
-    "sessions_app": {"llm", "embedder", "shared"},
-    "profile_app": {"llm", "embedder", "shared"},
-    "memory_app": {"sessions_app", "profile_app", "llm", "embedder", "shared"},
-    "episodes_app": {"sessions_app", "llm", "embedder", "shared"},
+    "embedder": {"ethan_llm"},
+    "ethan_shared": {"ethan_llm", "embedder"},
+    "sessions_app": {"ethan_llm", "embedder", "ethan_shared"},
+    "profile_app": {"ethan_llm", "embedder", "ethan_shared"},
+    "memory_app": {"sessions_app", "profile_app", "ethan_llm", "embedder", "ethan_shared"},
+    "episodes_app": {"sessions_app", "ethan_llm", "embedder", "ethan_shared"},
     "agent_app": {
         "sessions_app",
         "memory_app",
         "profile_app",
         "episodes_app",
-        "llm",
+        "ethan_llm",
         "embedder",
-        "shared",
+        "ethan_shared",
     },
     # Ethan as an OAuth authorization server (remote MCP hosts): on Django and
     # django-oauth-toolkit alone; the MCP door and the memory page use it.
-    "oauth_app": {"shared"},
-    # The doors: thin adapters above the turn (channels/); nothing below imports them.
-    "channels": {
+    "oauth_app": {"ethan_shared"},
+    # The doors: thin adapters above the turn (channels_app/); nothing below imports them.
+    "channels_app": {
         "agent_app",
         "oauth_app",
         "sessions_app",
         "memory_app",
         "profile_app",
         "episodes_app",
-        "llm",
+        "ethan_llm",
         "embedder",
-        "shared",
+        "ethan_shared",
     },
 }
 
@@ -145,7 +134,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def layer(module: str) -> str:
-    return "shared" if module in SHARED else module.split(".")[0]
+    return module.split(".")[0]
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -32,7 +32,7 @@ from typing import IO, Any
 import ijson
 from django.conf import settings
 
-from ethan_site.limits import _UNSTORABLE
+from ethan_shared.limits import _UNSTORABLE
 
 CONVERSATIONS = "conversations.json"
 

@@ -28,7 +28,7 @@ def test_three_channels_build_identical_context(fakes, lark, settings, api_for, 
     settings.ETHAN_MEMORY_HOT_SIZE = 2  # so the hot zone really slides over six rounds
     settings.ETHAN_MEMORY_COMPRESS_BATCH = 1
     openai = fakes["openai"]
-    from llm import config
+    from ethan_llm import config
 
     # Every channel on the same main model (the fake), summaries by the offline model.
     config.configure(model="gpt-4o", compression_model="offline")

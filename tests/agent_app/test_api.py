@@ -174,7 +174,7 @@ def test_token_command(owner):
 def test_requests_are_throttled_per_user(api_for, owner, other_owner, monkeypatch):
     from django.core.cache import cache
 
-    from ethan_site.throttles import PerUserThrottle
+    from ethan_shared.throttles import PerUserThrottle
 
     cache.clear()
     monkeypatch.setattr(PerUserThrottle, "THROTTLE_RATES", {"user": "2/min"})

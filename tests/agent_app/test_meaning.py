@@ -17,7 +17,7 @@ from django.core.management import call_command
 import embedder
 from agent_app.memory_search import memory_search
 from agent_app.vectors import vectors_write
-from ethan_site import queue
+from ethan_shared import queue
 from memory_app import services as memory_services
 from memory_app.models import Fact
 from memory_app.selectors import facts_for_injection

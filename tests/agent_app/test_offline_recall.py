@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from agent_app.lifecycle import sessions_finish_idle_task
-from ethan_site import queue
+from ethan_shared import queue
 from memory_app import confidence
 from memory_app.consolidator import consolidation_run
 from memory_app.models import Fact, FactEvent

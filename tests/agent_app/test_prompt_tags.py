@@ -13,8 +13,8 @@ from agent_app import prompts
 from agent_app.prompts import build_system, stored_text
 from agent_app.tools import run_tool
 from episodes_app.models import Episode
-from llm.offline import memory_context_facts
-from llm.types import ToolCall
+from ethan_llm.offline import memory_context_facts
+from ethan_llm.types import ToolCall
 from memory_app.models import Fact, Procedure
 from memory_app.services import fact_write
 from profile_app.models import ProfileSection

@@ -13,8 +13,8 @@ from django.utils.html import escape
 
 from agent_app.lifecycle import sessions_finish_idle_task
 from episodes_app.models import Episode
-from ethan_site import queue
-from llm.text import dated
+from ethan_llm.text import dated
+from ethan_shared import queue
 from memory_app.models import Fact, WorkingState
 from sessions_app.models import ChatSession, Message
 from tests.channels.test_memory_page import client_for
@@ -117,7 +117,7 @@ def test_a_six_round_api_session_closed_idle_has_its_facts_each_round_once(
     assert mini.calls == ["consolidate"]
     facts = Fact.objects.filter(owner=owner).order_by("id")
     users = Message.objects.filter(session_id=session_id, role="user").order_by("seq")
-    # A relative date ("下周") is dated from when it was said (llm.text.dated).
+    # A relative date ("下周") is dated from when it was said (ethan_llm.text.dated).
     assert [(fact.content, fact.source) for fact in facts] == [
         (dated(f"用户说过：{m.content}", said_at=timezone.localtime(m.created_at)), "consolidator")
         for m in users
@@ -311,7 +311,7 @@ def test_a_batch_call_stores_nothing_of_a_session_another_worker_finished(
     another takes the claim and finishes one of its sessions: the first stores the other
     session's facts and episode only, so every fact exists exactly once."""
     from agent_app import lifecycle
-    from llm import memory as llm_memory
+    from ethan_llm import memory as llm_memory
 
     fakes["openai"].fake.responder = MiniModel()
     first = _chat(owner, "I live in Lisbon.", "ok", ended_minutes_ago=2)
@@ -344,7 +344,7 @@ def test_a_worker_finding_the_sessions_claimed_makes_no_call(owner, fakes, monke
     ending the same person's sessions finds them claimed and calls no model; the first stores
     everything once."""
     from agent_app import lifecycle
-    from llm import memory as llm_memory
+    from ethan_llm import memory as llm_memory
 
     fakes["openai"].fake.responder = MiniModel()
     first = _chat(owner, "I live in Lisbon.", "ok", ended_minutes_ago=2)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from agent_app.turn import Delta, Done, Failed, Started, turn_plan, turn_start
-from llm import loop_clients
+from ethan_llm import loop_clients
 from sessions_app.models import ChatSession, Message
 
 # The async turn's database steps run in other threads: its rows must be committed to be seen.

@@ -10,10 +10,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-import llm
+import ethan_llm
 from agent_app.turn import TurnFailed, turn_run
-from channels.lark.handling import lark_says
-from channels.turns import refusal
+from channels_app.lark.handling import lark_says
+from channels_app.turns import refusal
 from sessions_app.models import ChatSession
 from sessions_app.services import SessionBusy
 from tests.lark_helpers import deliver, message_event
@@ -40,13 +40,13 @@ def claim_of(session: ChatSession) -> str:
 def test_a_turn_holds_the_session_and_gives_it_back(owner, make_session, llm_config, monkeypatch):
     session = make_session(owner, "hi", "hello")
     seen = []
-    real = llm.stream
+    real = ethan_llm.stream
 
     def stream(**kwargs):
         seen.append(claim_of(session))  # while the model thinks, the session is claimed
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(ethan_llm, "stream", stream)
     result = turn_run(owner=owner, session=session, text="more", model="offline")
     assert result.reply == "(offline mode) Noted: more"
     assert seen and all(len(token) == 32 for token in seen)
@@ -57,10 +57,10 @@ def test_a_failed_model_gives_the_session_back(owner, make_session, llm_config, 
     session = make_session(owner, "hi", "hello")
 
     def down(**kwargs):
-        raise llm.ModelUnavailable("overloaded")
-        yield  # a generator, as llm.stream is
+        raise ethan_llm.ModelUnavailable("overloaded")
+        yield  # a generator, as ethan_llm.stream is
 
-    monkeypatch.setattr(llm, "stream", down)
+    monkeypatch.setattr(ethan_llm, "stream", down)
     with pytest.raises(TurnFailed):
         turn_run(owner=owner, session=session, text="more", model="offline")
     assert claim_of(session) == ""
@@ -84,7 +84,7 @@ def test_a_new_sessions_first_turn_holds_it_against_a_second_turn(
 ):
     """The new id is seen (GET /api/sessions lists it) while its first turn is answered: a
     second turn sent to it is refused with nothing written, not interleaved."""
-    real = llm.stream
+    real = ethan_llm.stream
     seen = []
 
     def stream(**kwargs):
@@ -95,7 +95,7 @@ def test_a_new_sessions_first_turn_holds_it_against_a_second_turn(
                 turn_run(owner=owner, session=new, text="second", model="offline")
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(ethan_llm, "stream", stream)
     result = turn_run(owner=owner, session=None, text="first", model="offline")
     assert len(seen[0]) == 32  # claimed from the moment the session row exists
     assert list(result.session.messages.order_by("seq").values_list("role", "content")) == [
@@ -178,7 +178,7 @@ def test_lark_a_second_message_while_a_new_chats_first_is_answered(
     """A person's second message a second after their first, in a new chat: the first turn
     holds the chat's new session, so the second is refused (the person is asked to send it
     again) and the session stays one question, one reply."""
-    real = llm.stream
+    real = ethan_llm.stream
     seconds = []
 
     def stream(**kwargs):
@@ -186,7 +186,7 @@ def test_lark_a_second_message_while_a_new_chats_first_is_answered(
             seconds.append(deliver(client, message_event("ev-second", "第二句")))
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(ethan_llm, "stream", stream)
     deliver(client, message_event("ev-first", "第一句"))
     replies = {reply["uuid"]: json.loads(reply["content"])["text"] for reply in lark.replies}
     assert replies["ev-second"] == lark_says(refusal(SessionBusy(session_id="any")))

@@ -1,4 +1,4 @@
-"""Text no one can store (ethan_site.limits.storable_text: a NUL, a lone surrogate) is refused
+"""Text no one can store (ethan_shared.limits.storable_text: a NUL, a lone surrogate) is refused
 with nothing written at every door: the services every door calls, the REST API, the pages and
 MCP. /v1 is in test_openai_api.py (the openai SDK), import in tests/transfer, PostgreSQL in
 tests/services/test_unstorable_text.py."""
@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError
 from rest_framework.authtoken.models import Token
 
 from agent_app.turn import TurnInputError, turn_plan
-from ethan_site.limits import UnstorableText, storable_text
+from ethan_shared.limits import UnstorableText, storable_text
 from memory_app import services as memory_services
 from memory_app.models import Fact, FactEvent, Procedure
 from profile_app.markdown import ProfileParseError

@@ -215,7 +215,7 @@ def test_a_hang_up_inside_the_prompts_event_loop_ends_the_prompt():
     from prompt_toolkit.input import create_pipe_input
     from prompt_toolkit.output import DummyOutput
 
-    from channels.console import TerminalClosed, _hang_up
+    from channels_app.console import TerminalClosed, _hang_up
 
     previous = signal.signal(signal.SIGHUP, _hang_up)
     try:

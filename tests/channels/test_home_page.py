@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from channels.home_page import ethan_command
+from channels_app.home_page import ethan_command
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ def test_home_page_shows_the_places_and_how_to_connect(owner, settings):
     page = client_for(owner).get("/")
 
     assert page.status_code == 200
-    assert page.templates[0].name == "channels/home.html"
+    assert page.templates[0].name == "channels_app/home.html"
     text = page.text
     assert 'id="link-memory" href="/memory/"' in text
     assert 'id="link-profile" href="/profile/"' in text

@@ -1,6 +1,6 @@
-"""A chat app's housekeeping requests to /v1 (channels.openai.housekeeping): recognised by the
+"""A chat app's housekeeping requests to /v1 (channels_app.openai.housekeeping): recognised by the
 app's own templates and layout, never a person's chat; answered offline in the shape the app
-parses (llm.offline.housekeeping); counted per app, kind and day (HousekeepingTally).
+parses (ethan_llm.offline.housekeeping); counted per app, kind and day (HousekeepingTally).
 
 The Open WebUI requests are the ones it really sent (tests/fixtures/clients/open-webui-0.12.4). The
 other templates are rebuilt here from each app's source, as the module's comments cite them."""
@@ -17,9 +17,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent_app.models import HousekeepingTally
-from channels.openai.housekeeping import Housekeeping, housekeeping_of
-from channels.openai.housekeeping_tally import housekeeping_count
-from llm.offline.housekeeping import offline_task_answer
+from channels_app.openai.housekeeping import Housekeeping, housekeeping_of
+from channels_app.openai.housekeeping_tally import housekeeping_count
+from ethan_llm.offline.housekeeping import offline_task_answer
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "clients" / "open-webui-0.12.4"
 RECORDINGS = sorted(RECORDED.glob("*.json"))
@@ -62,7 +62,7 @@ def test_housekeeping_of_is_pure():
     model (what it imports at all is the standard library)."""
     import ast
 
-    import channels.openai.housekeeping as module
+    import channels_app.openai.housekeeping as module
 
     tree = ast.parse(Path(module.__file__).read_text())
     imported = {
@@ -658,7 +658,7 @@ def test_offline_task_answer_a_chat_is_none(text):
 @pytest.mark.django_db
 def test_housekeeping_count_increments_one_row_per_app_kind_and_day(caplog):
     day = date(2026, 12, 6)
-    with caplog.at_level(logging.INFO, logger="channels.openai.housekeeping_tally"):
+    with caplog.at_level(logging.INFO, logger="channels_app.openai.housekeeping_tally"):
         housekeeping_count(app="open-webui", kind="title", day=day)
         housekeeping_count(app="open-webui", kind="title", day=day)
         housekeeping_count(app="open-webui", kind="tags", day=day)

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from agent_app.models import ChannelIdentity, LarkEvent
-from channels.lark.handling import ONLY_TEXT
+from channels_app.lark.handling import ONLY_TEXT
 from memory_app.models import Fact
 from sessions_app.models import ChatSession
 from tests.lark_helpers import TOKEN, deliver, message_event
@@ -203,7 +203,7 @@ def _stranded(event_id: str, text: str, *, minutes_ago: int = 30) -> LarkEvent:
 
 
 def test_an_event_stranded_before_its_turn_is_answered_by_the_sweep(lark, settings):
-    from channels.lark.handling import lark_events_reclaim
+    from channels_app.lark.handling import lark_events_reclaim
 
     fresh = _stranded("ev-fresh", "still being answered", minutes_ago=1)
     stranded = _stranded("ev-dead", "记住我喜欢喝美式咖啡")
@@ -221,7 +221,7 @@ def test_a_stranded_question_is_answered_once_and_never_stored_twice(lark):
     """The worker died after storing the question, before the reply: the sweep answers the
     stored question; and when it died after the reply was stored (maybe sent), the sweep sends
     that same reply with the same uuid, which Lark shows once."""
-    from channels.lark.handling import identity_user, lark_events_reclaim
+    from channels_app.lark.handling import identity_user, lark_events_reclaim
     from sessions_app import services
 
     user = identity_user("ou_ada")
@@ -245,7 +245,7 @@ def test_a_stranded_question_is_answered_once_and_never_stored_twice(lark):
 
 
 def test_two_sweepers_never_take_the_same_event(lark):
-    from channels.lark.handling import lark_events_reclaim
+    from channels_app.lark.handling import lark_events_reclaim
 
     event = _stranded("ev-race", "hello")
     claimed_at = event.claimed_at
@@ -272,10 +272,10 @@ def test_a_worker_whose_event_is_taken_back_mid_turn_stores_and_sends_nothing(
     """The sweep takes an event back while its first worker is still answering (a reclaim time
     shorter than the turn): the sweep's turn answers, and the first worker, at its next write,
     finds its claim gone and stops: one stored answer, one reply sent."""
-    import llm
-    from channels.lark.handling import lark_event_handle, lark_events_reclaim
+    import ethan_llm
+    from channels_app.lark.handling import lark_event_handle, lark_events_reclaim
 
-    real = llm.stream
+    real = ethan_llm.stream
     sweeps = []
 
     def stream(**kwargs):
@@ -284,7 +284,7 @@ def test_a_worker_whose_event_is_taken_back_mid_turn_stores_and_sends_nothing(
             sweeps[0] = lark_events_reclaim(older_than_seconds=0)
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(ethan_llm, "stream", stream)
     event = _waiting("ev-slow", text)
     assert lark_event_handle(event_pk=event.pk) == "taken over"
     assert sweeps == [["done"]]
@@ -302,7 +302,7 @@ def test_a_worker_whose_event_is_taken_back_mid_turn_stores_and_sends_nothing(
 def test_a_worker_whose_event_is_taken_back_before_it_sends_stays_silent(lark, monkeypatch):
     """Taken back after the first worker stored its reply, right before it sent it: the sweep
     sends the stored reply (with the event's uuid), the first worker sends nothing."""
-    from channels.lark import handling
+    from channels_app.lark import handling
 
     real_holds = handling._holds
     sweeps = []
@@ -351,7 +351,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
     and the dispatch queues one handling task per event."""
     from django.core.cache import cache
 
-    from ethan_site import queue
+    from ethan_shared import queue
 
     settings.ETHAN_EMBEDDED = False
     settings.ETHAN_CACHE_SHARED = True
@@ -363,7 +363,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
     assert published == [("channels.lark_dispatch", ())]
     assert lark.replies == []  # stored, not answered: that is the workers' part
 
-    from channels.lark.tasks import lark_events_dispatch
+    from channels_app.lark.tasks import lark_events_dispatch
 
     assert lark_events_dispatch() == 3
     pks = sorted(LarkEvent.objects.values_list("pk", flat=True))
@@ -376,7 +376,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
 
 
 def test_the_sweep_queues_events_whose_wake_up_or_task_was_lost(lark, settings):
-    from channels.lark.tasks import lark_events_requeue
+    from channels_app.lark.tasks import lark_events_requeue
 
     settings.ETHAN_LARK_RECLAIM_SECONDS = 600
     fresh = _waiting("ev-fresh", "just arrived")  # its dispatch may be on its way
@@ -385,7 +385,7 @@ def test_the_sweep_queues_events_whose_wake_up_or_task_was_lost(lark, settings):
     recent = _waiting("ev-queued", "queued", seconds_ago=60, queued_seconds_ago=60)
     ancient = _waiting("ev-old", "last week", seconds_ago=8 * 86400, queued_seconds_ago=0)
     # Embedded mode: the tasks the sweep queues run in this process afterwards.
-    from ethan_site.queue import run_deferred
+    from ethan_shared.queue import run_deferred
 
     assert lark_events_requeue() == 3  # the two left behind, and the fresh one with them
     run_deferred()

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from agent_app.models import LarkEvent
-from channels.lark.crypto import _key, encrypt
+from channels_app.lark.crypto import _key, encrypt
 from sessions_app.models import Message
 from tests.lark_helpers import KEY, TOKEN, deliver, message_event, signed_delivery
 
@@ -72,7 +72,7 @@ def test_malformed_shapes_are_400(client, lark, body):
 def test_deep_json_signed_is_400_not_a_crash(client, lark):
     raw = "[" * 50_000 + "]" * 50_000
     _, headers = signed_delivery({}, encrypted=False)
-    from channels.lark.crypto import signature
+    from channels_app.lark.crypto import signature
 
     headers["X-Lark-Signature"] = signature(
         headers["X-Lark-Request-Timestamp"], headers["X-Lark-Request-Nonce"], KEY, raw.encode()

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import pytest
 
 from agent_app.models import LarkEvent
-from channels.lark import streaming
-from channels.lark.handling import lark_event_handle, lark_events_reclaim
-from channels.lark.streaming import CURSOR
+from channels_app.lark import streaming
+from channels_app.lark.handling import lark_event_handle, lark_events_reclaim
+from channels_app.lark.streaming import CURSOR
 from sessions_app.models import ChatSession, Message
 from tests.fakes.lark_fake import FakeLark
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -187,7 +187,7 @@ def test_a_card_that_can_no_longer_be_updated_keeps_its_words_and_the_reply_goes
 
 
 def test_a_reply_too_long_for_a_card_goes_as_text(client, lark, model, steps, monkeypatch):
-    from channels.lark import client as lark_client
+    from channels_app.lark import client as lark_client
 
     monkeypatch.setattr(lark_client, "CARD_MAX_BYTES", 900)  # Lark's is 30 KB
     model.writes(LONG)

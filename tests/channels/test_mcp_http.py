@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from rest_framework.authtoken.models import Token
 
-from channels.mcp_server.http import PersonalSessions
+from channels_app.mcp_server.http import PersonalSessions
 from tests.mcp_client import INITIALIZE, INITIALIZED, over_http, served_in_thread
 
 ACCEPT = {"Accept": "application/json, text/event-stream"}

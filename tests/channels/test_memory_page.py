@@ -12,9 +12,9 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.utils import timezone
 
-from channels.memory_page.views import FACTS_PAGE_SIZE, MESSAGES_PAGE_SIZE
+from channels_app.memory_page.views import FACTS_PAGE_SIZE, MESSAGES_PAGE_SIZE
 from episodes_app.models import Episode
-from ethan_site.limits import FACT_MAX_CHARS, RULE_MAX_CHARS
+from ethan_shared.limits import FACT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app import services
 from memory_app.models import Fact, FactEvent, MemoryReview, Procedure
 from profile_app.services import profile_update

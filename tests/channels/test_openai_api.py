@@ -644,7 +644,7 @@ def test_an_unknown_model_is_404(client_for, owner, llm_config):
 
 
 def test_throttled_requests_are_429(client_for, owner, llm_config, monkeypatch):
-    from ethan_site.throttles import PerUserThrottle
+    from ethan_shared.throttles import PerUserThrottle
 
     monkeypatch.setattr(PerUserThrottle, "THROTTLE_RATES", {"user": "1/min"})
     client = client_for(owner)

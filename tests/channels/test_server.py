@@ -434,7 +434,7 @@ def _niceness_of_threads(server: Server) -> dict[int, int]:
 def test_the_worker_threads_yield_the_cpu_to_the_event_loop(served, niceness, paced_openai):
     """On Linux the threads that run Django's part of a request and the turns' database steps
     have ETHAN_THREAD_NICENESS (10), the event loop's thread 0: when the CPU is short, the open
-    streams and /healthz go first (ethan_site.threads)."""
+    streams and /healthz go first (ethan_shared.threads)."""
     server, token = served
     paced_openai.reply(paced_openai.text("Yes."))
     status, _, answer = _post_chat(server, token, "Still there?")

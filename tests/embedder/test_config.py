@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import embedder
-from llm.errors import ModelConfigError
+from ethan_llm.errors import ModelConfigError
 from tests.conftest import run_manage
 from tests.ethan_site.test_config import write_config
 

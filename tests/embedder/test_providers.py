@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import embedder
-from llm.errors import ModelAuthError, ModelConfigError, ModelUnavailable
+from ethan_llm.errors import ModelAuthError, ModelConfigError, ModelUnavailable
 from tests.fakes.base import hashed_embedding
 from tests.fakes.gemini_fake import FakeGemini
 from tests.fakes.openai_fake import FakeOpenAI

@@ -20,8 +20,8 @@ from episodes_app.selectors import (
     recall_line,
 )
 from episodes_app.services import episode_write
-from ethan_site import queue
-from llm.tokens import estimate_tokens
+from ethan_llm.tokens import estimate_tokens
+from ethan_shared import queue
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession
 from sessions_app.search import search_tokens

@@ -93,7 +93,7 @@ def test_a_turns_answer_that_fails_on_the_loop_is_answered_as_the_middleware_wou
     async def broken(events):
         raise RuntimeError("a door's bug")
 
-    monkeypatch.setattr("channels.rest._json_answer", broken)
+    monkeypatch.setattr("channels_app.rest._json_answer", broken)
     token = Token.objects.create(user=owner).key
     status, headers, body = _post(
         "/api/chat",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from ethan_site.config import Config, ConfigError, ethan_home
+from ethan_shared.config import Config, ConfigError, ethan_home
 from tests.conftest import run_ethan, run_manage
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pexpect
 
-from ethan_site.private import home_tighten
+from ethan_shared.private import home_tighten
 from tests.channels.test_terminal import PROMPT, spawn
 from tests.conftest import run_ethan, run_manage
 

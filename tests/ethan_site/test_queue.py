@@ -5,7 +5,7 @@ from celery import shared_task
 from django.core.signals import request_finished
 from django.db import transaction
 
-from ethan_site import queue
+from ethan_shared import queue
 
 ran: list[str] = []
 

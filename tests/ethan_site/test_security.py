@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from channels.lark.crypto import signature
+from channels_app.lark.crypto import signature
 from tests.web_server import api_token, migrated_home, web_server
 
 # Every kind of secret the server holds, configured the way an operator would.

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agent_app import history_import
 from agent_app.history_import import import_upload_run, upload_threads_join
-from ethan_site.queue import run_deferred
+from ethan_shared.queue import run_deferred
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, ImportRun
 from tests.imports.exports import ChatGPT, claude

@@ -1,5 +1,5 @@
-"""llm.astream(): each SDK's async client (AsyncOpenAI, AsyncAnthropic, google-genai's `aio`)
-streaming from its fake over a real socket: the same events as llm.stream, the same retries
+"""ethan_llm.astream(): each SDK's async client (AsyncOpenAI, AsyncAnthropic, google-genai's `aio`)
+streaming from its fake over a real socket: the same events as ethan_llm.stream, the same retries
 before the first delta and none after it, and an event loop left free while the model writes."""
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from dataclasses import replace
 
 import pytest
 
-import llm
-from llm import ModelConfigError, ModelUnavailable, StreamEnd, TextDelta, loop_clients
-from llm.types import Message
+import ethan_llm
+from ethan_llm import ModelConfigError, ModelUnavailable, StreamEnd, TextDelta, loop_clients
+from ethan_llm.types import Message
 from tests.llm.test_providers import MEMORY_WRITE
 from tests.llm.test_streaming import BEFORE_TEXT, LONG, collect, tool_reply
 
 
 async def events_of(**kwargs) -> list:
-    return [event async for event in llm.astream(**kwargs)]
+    return [event async for event in ethan_llm.astream(**kwargs)]
 
 
 def astream(**kwargs) -> list:
-    """llm.astream drained in an event loop of its own (a fresh one each call)."""
+    """ethan_llm.astream drained in an event loop of its own (a fresh one each call)."""
     return loop_clients.run(events_of(**kwargs))
 
 
@@ -32,7 +32,7 @@ def test_astream_gives_the_events_stream_gives(provider):
     provider.fake.reply(provider.text(LONG))
     asked = {"model": provider.model, "system": "You are Ethan.", "messages": [Message.user("hi")]}
     deltas, end = collect(astream(**asked))
-    sync_deltas, sync_end = collect(llm.stream(**asked))
+    sync_deltas, sync_end = collect(ethan_llm.stream(**asked))
     assert len(deltas) > 1 and "".join(deltas) == LONG
     assert deltas == sync_deltas
     assert end.completion == replace(sync_end.completion, latency_ms=end.completion.latency_ms)
@@ -48,7 +48,7 @@ def test_astream_tool_calls_equal_the_sync_ones(provider, text):
     provider.fake.reply(tool_reply(provider, text))
     asked = {"model": provider.model, "messages": [Message.user("hi")], "tools": [MEMORY_WRITE]}
     _deltas, end = collect(astream(**asked))
-    _sync_deltas, sync_end = collect(llm.stream(**asked))
+    _sync_deltas, sync_end = collect(ethan_llm.stream(**asked))
     assert end.completion.tool_calls == sync_end.completion.tool_calls
     assert end.completion.tool_calls[0].name == "memory_write"
 
@@ -68,7 +68,7 @@ def test_astream_raises_a_break_after_the_first_delta_and_does_not_retry(provide
     seen: list[str] = []
 
     async def read() -> None:
-        async for event in llm.astream(model=provider.model, messages=[Message.user("hi")]):
+        async for event in ethan_llm.astream(model=provider.model, messages=[Message.user("hi")]):
             assert isinstance(event, TextDelta)
             seen.append(event.text)
 
@@ -112,20 +112,20 @@ def test_the_event_loop_is_free_while_the_model_writes(provider):
 def test_astream_refuses_a_missing_key_before_any_request(provider, llm_config):
     llm_config.configure(env={})
     with pytest.raises(ModelConfigError, match=provider.key_var):
-        llm.astream(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.astream(model=provider.model, messages=[Message.user("hi")])
     assert provider.fake.requests == []
 
 
 def test_the_offline_model_astreams_its_pieces(llm_config):
     events = astream(model="offline", messages=[Message.user("你好")])
     assert isinstance(events[-1], StreamEnd) and len(events) > 1
-    sync = list(llm.stream(model="offline", messages=[Message.user("你好")]))
+    sync = list(ethan_llm.stream(model="offline", messages=[Message.user("你好")]))
     assert [e.text for e in events[:-1]] == [e.text for e in sync[:-1]]
 
 
 def _unclosed_after_a_stream(provider, *, close: bool) -> list[str]:
     """What a loop reports once its clients are collected after one stream, closed by
-    llm.aclose or not: aiohttp reports a session it was never told to close."""
+    ethan_llm.aclose or not: aiohttp reports a session it was never told to close."""
     provider.fake.reply(provider.text(LONG))
     reported: list[str] = []
     loop = asyncio.new_event_loop()
@@ -134,7 +134,7 @@ def _unclosed_after_a_stream(provider, *, close: bool) -> list[str]:
     async def one_stream() -> None:
         await events_of(model=provider.model, messages=[Message.user("hi")])
         if close:
-            await llm.aclose()
+            await ethan_llm.aclose()
 
     try:
         loop.run_until_complete(one_stream())
@@ -160,7 +160,7 @@ def test_a_loop_gets_new_clients_after_aclose(provider):
 
     async def twice() -> list[str]:
         first = collect(await events_of(**asked))[1].completion.text
-        await llm.aclose()
+        await ethan_llm.aclose()
         return [first, collect(await events_of(**asked))[1].completion.text]
 
     assert loop_clients.run(twice()) == ["one", "two"]

@@ -7,8 +7,8 @@ import base64
 
 import pytest
 
-import llm
-from llm.types import Attachment, Message, Sampling, ToolChoice, ToolSpec
+import ethan_llm
+from ethan_llm.types import Attachment, Message, Sampling, ToolChoice, ToolSpec
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
 PDF = base64.b64encode(b"%PDF-1.4\n%%EOF").decode()
@@ -26,7 +26,7 @@ QUESTION = Message(
 
 def test_attachments_reach_each_provider_in_its_own_shape(provider):
     provider.fake.reply(provider.text("A square, a PDF and a sound."))
-    completion = llm.complete(model=provider.model, messages=[QUESTION])
+    completion = ethan_llm.complete(model=provider.model, messages=[QUESTION])
     assert completion.text == "A square, a PDF and a sound."
     [request] = provider.fake.requests
     body = request.body
@@ -70,7 +70,7 @@ def test_attachments_reach_each_provider_in_its_own_shape(provider):
 def test_a_model_that_refuses_attachments_is_asked_again_with_their_placeholders(provider):
     provider.fake.reply(provider.error(400, "this model does not support images"), status=400)
     provider.fake.reply(provider.text("I cannot see the image you attached."))
-    completion = llm.complete(model=provider.model, messages=[QUESTION])
+    completion = ethan_llm.complete(model=provider.model, messages=[QUESTION])
     assert completion.text == "I cannot see the image you attached."
     _, second = provider.fake.requests
     again = str(second.body)
@@ -80,8 +80,8 @@ def test_a_model_that_refuses_attachments_is_asked_again_with_their_placeholders
 
 def test_a_refusal_without_attachments_stands(provider):
     provider.fake.reply(provider.error(400, "bad request"), status=400)
-    with pytest.raises(llm.ModelRequestError):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+    with pytest.raises(ethan_llm.ModelRequestError):
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert len(provider.fake.requests) == 1
 
 
@@ -90,7 +90,7 @@ WEATHER = ToolSpec("get_weather", "The weather now.", {"type": "object", "proper
 
 def test_tool_choice_and_sampling_in_each_providers_words(provider):
     provider.fake.reply(provider.text("ok"))
-    llm.complete(
+    ethan_llm.complete(
         model=provider.model,
         messages=[Message.user("hi")],
         tools=[WEATHER],

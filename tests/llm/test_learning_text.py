@@ -1,4 +1,4 @@
-"""The text rules memory learns by (llm.text): what the person said in a message
+"""The text rules memory learns by (ethan_llm.text): what the person said in a message
 (person_words), what asks rather than tells (is_request), and the date a relative time names
 (dated). Message texts from Open WebUI 0.12.4 (shared/clients) and LibreChat's prompts, copied."""
 
@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from llm.text import dated, is_request, person_words
+from ethan_llm.text import dated, is_request, person_words
 
 # Open WebUI's title prompt (09-title.json): the assistant's reply quotes the person.
 OPEN_WEBUI_TITLE = """### Task:

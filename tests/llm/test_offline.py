@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import llm
-from llm import memory
-from llm.types import Message, ToolSpec
+import ethan_llm
+from ethan_llm import memory
+from ethan_llm.types import Message, ToolSpec
 
 TOOLS = [
     ToolSpec(name, "d", {"type": "object"})
@@ -18,8 +18,10 @@ SYSTEM = (
 )
 
 
-def say(text: str, tools=TOOLS, system: str = SYSTEM) -> llm.Completion:
-    return llm.complete(model="offline", system=system, messages=[Message.user(text)], tools=tools)
+def say(text: str, tools=TOOLS, system: str = SYSTEM) -> ethan_llm.Completion:
+    return ethan_llm.complete(
+        model="offline", system=system, messages=[Message.user(text)], tools=tools
+    )
 
 
 def calls(text: str) -> list[tuple[str, dict]]:
@@ -188,7 +190,7 @@ def test_after_tool_results_it_confirms_in_the_users_language():
         first.as_message(),
         Message.tool(first.tool_calls[0].id, "ok", name="memory_write"),
     ]
-    reply = llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
+    reply = ethan_llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
     assert (reply.text, reply.tool_calls) == ("好的，我记住了：你喜欢喝美式咖啡", ())
 
     first = say("Remember that my favourite coffee is a flat white")
@@ -197,7 +199,7 @@ def test_after_tool_results_it_confirms_in_the_users_language():
         first.as_message(),
         Message.tool(first.tool_calls[0].id, "ok", name="memory_write"),
     ]
-    reply = llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
+    reply = ethan_llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
     assert reply.text == "Got it, I'll remember: your favourite coffee is a flat white"
 
     first = say("From now on, answer in Chinese.")
@@ -206,7 +208,7 @@ def test_after_tool_results_it_confirms_in_the_users_language():
         first.as_message(),
         Message.tool(first.tool_calls[0].id, "error: store is full"),
     ]
-    reply = llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
+    reply = ethan_llm.complete(model="offline", system=SYSTEM, messages=history, tools=TOOLS)
     assert reply.text == "Sorry, I could not save that (procedure_write)."
 
 
@@ -440,7 +442,7 @@ SEARCH = ToolSpec("memory_search", "d", {"type": "object"})
 
 
 def search_call(question: str):
-    from llm.types import ToolCall
+    from ethan_llm.types import ToolCall
 
     return ToolCall(
         id="offline_call_1", name="memory_search", arguments={"query": question, "limit": 10}
@@ -491,7 +493,7 @@ def answer_after_search(question: str, result: str) -> str:
         first.as_message(),
         Message.tool(first.tool_calls[0].id, result, name="memory_search"),
     ]
-    return llm.complete(model="offline", system="", messages=history, tools=TOOLS).text
+    return ethan_llm.complete(model="offline", system="", messages=history, tools=TOOLS).text
 
 
 @pytest.mark.parametrize(
@@ -612,6 +614,6 @@ def test_leaving_for_now_is_no_plan(said):
     ],
 )
 def test_the_slot_a_fact_about_the_person_fills(fact, slot):
-    from llm.text import fact_slot
+    from ethan_llm.text import fact_slot
 
     assert fact_slot(fact) == slot

@@ -3,8 +3,8 @@ and rolling summary, string for string (the LoCoMo and context benchmarks depend
 
 from __future__ import annotations
 
-from llm import memory
-from llm.types import Message, ToolCall
+from ethan_llm import memory
+from ethan_llm.types import Message, ToolCall
 
 # Multi-line turns (a CRLF among them), a tool step inside the round, a blank message.
 MULTI_LINE = [

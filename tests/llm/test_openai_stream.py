@@ -11,11 +11,11 @@ from typing import Any
 import openai
 import pytest
 
-import llm
-from llm import ModelRequestError, ModelUnavailable, StreamEnd, TextDelta, loop_clients
-from llm.openai_adapter import OpenAIProvider, _ServerSentEvents
-from llm.provider import Request
-from llm.types import Message
+import ethan_llm
+from ethan_llm import ModelRequestError, ModelUnavailable, StreamEnd, TextDelta, loop_clients
+from ethan_llm.openai_adapter import OpenAIProvider, _ServerSentEvents
+from ethan_llm.provider import Request
+from ethan_llm.types import Message
 from tests.fakes.base import Recorded, sse
 from tests.fakes.openai_fake import FakeOpenAI
 
@@ -59,13 +59,13 @@ def text_frames(*pieces: str, finish: str | None = "stop", usage: bool = True) -
 
 
 def ours(way: str) -> list:
-    """The events of llm.stream or llm.astream, asked the same."""
+    """The events of ethan_llm.stream or ethan_llm.astream, asked the same."""
     asked = {"model": MODEL, "messages": [Message.user("hi")]}
     if way == "stream":
-        return list(llm.stream(**asked))
+        return list(ethan_llm.stream(**asked))
 
     async def read() -> list:
-        return [event async for event in llm.astream(**asked)]
+        return [event async for event in ethan_llm.astream(**asked)]
 
     return loop_clients.run(read())
 
@@ -254,12 +254,12 @@ def test_text_and_an_error_in_one_read_give_the_text_then_the_error(fake, way):
     asked = {"model": MODEL, "messages": [Message.user("hi")]}
 
     async def read_async() -> None:
-        async for event in llm.astream(**asked):
+        async for event in ethan_llm.astream(**asked):
             seen.append(event.text)
 
     with pytest.raises(ModelUnavailable, match=r"overloaded .*not retried"):
         if way == "stream":
-            seen.extend(event.text for event in llm.stream(**asked))
+            seen.extend(event.text for event in ethan_llm.stream(**asked))
         else:
             loop_clients.run(read_async())
     assert seen == ["half", " more"]

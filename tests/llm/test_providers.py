@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import llm
-from llm import ModelAuthError, ModelConfigError, ModelRequestError, ModelUnavailable
-from llm.types import Message, ToolSpec
+import ethan_llm
+from ethan_llm import ModelAuthError, ModelConfigError, ModelRequestError, ModelUnavailable
+from ethan_llm.types import Message, ToolSpec
 
 MEMORY_WRITE = ToolSpec(
     name="memory_write",
@@ -25,7 +25,7 @@ MEMORY_WRITE = ToolSpec(
 
 def test_text_reply(provider):
     provider.fake.reply(provider.text("你好，我是 Ethan。"))
-    completion = llm.complete(
+    completion = ethan_llm.complete(
         model=provider.model,
         system="You are Ethan.",
         messages=[Message.user("你好")],
@@ -62,7 +62,7 @@ def test_text_reply(provider):
 
 def test_tool_schema_on_the_wire(provider):
     provider.fake.reply(provider.text("ok"))
-    llm.complete(model=provider.model, messages=[Message.user("hi")], tools=[MEMORY_WRITE])
+    ethan_llm.complete(model=provider.model, messages=[Message.user("hi")], tools=[MEMORY_WRITE])
     body = provider.fake.requests[0].body
     if provider.name == "openai":
         assert body["tools"] == [
@@ -97,7 +97,7 @@ def test_tool_schema_on_the_wire(provider):
 def test_rate_limit_then_success(provider):
     provider.fake.reply(provider.error(429, "slow down"), status=429, headers={"retry-after": "0"})
     provider.fake.reply(provider.text("finally"))
-    completion = llm.complete(model=provider.model, messages=[Message.user("hi")])
+    completion = ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert completion.text == "finally"
     assert len(provider.fake.requests) == 2
 
@@ -106,7 +106,7 @@ def test_server_errors_until_retries_run_out(provider, llm_config):
     for _ in range(5):
         provider.fake.reply(provider.error(500, "internal"), status=500)
     with pytest.raises(ModelUnavailable, match=r"HTTP 500.*gave up after 3 attempts"):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert len(provider.fake.requests) == 3  # the first try and llm_config's 2 retries
 
 
@@ -115,28 +115,28 @@ def test_timeout_is_retried_then_unavailable(provider, llm_config):
     provider.fake.reply(provider.text("too late"), delay=1.5)
     provider.fake.reply(provider.text("too late"), delay=1.5)
     with pytest.raises(ModelUnavailable, match=r"timed out.*gave up after 2 attempts"):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert len(provider.fake.requests) == 2
 
 
 def test_refused_credentials_name_the_variable(provider):
     provider.fake.reply(provider.error(401, "invalid key"), status=401)
     with pytest.raises(ModelAuthError, match=provider.key_var):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert len(provider.fake.requests) == 1  # never retried
 
 
 def test_a_refused_request_is_not_retried(provider):
     provider.fake.reply(provider.error(404, "no such model"), status=404)
     with pytest.raises(ModelRequestError, match="HTTP 404"):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert len(provider.fake.requests) == 1
 
 
 def test_missing_key_names_the_variable(provider, llm_config):
     llm_config.configure(env={})
     with pytest.raises(ModelConfigError, match=f"needs {provider.key_var}"):
-        llm.complete(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert provider.fake.requests == []
 
 
@@ -148,7 +148,7 @@ def test_openai_compatible_server_by_prefix(llm_config):
         # Ollama and friends need no key: the base URL is enough.
         llm_config.configure(env={"OPENAI_BASE_URL": f"{fake.url}/v1"})
         fake.reply(FakeOpenAI.text("hello from llama"))
-        completion = llm.complete(
+        completion = ethan_llm.complete(
             model="openai:llama3.1", messages=[Message.user("hi")], max_tokens=64
         )
         assert (completion.text, completion.provider, completion.model) == (
@@ -169,4 +169,4 @@ def test_gemini_bad_key_is_an_auth_error(fakes):
         gemini.error(400, "API key not valid. Please pass a valid API key."), status=400
     )
     with pytest.raises(ModelAuthError, match="GOOGLE_API_KEY"):
-        llm.complete(model=gemini.model, messages=[Message.user("hi")])
+        ethan_llm.complete(model=gemini.model, messages=[Message.user("hi")])

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-import llm
-from llm import memory, registry
-from llm.client import get_provider
-from llm.memory import Turn
-from llm.offline import OfflineMemory, OfflineProvider
-from llm.provider import Request
-from llm.types import Message
+import ethan_llm
+from ethan_llm import memory, registry
+from ethan_llm.client import get_provider
+from ethan_llm.memory import Turn
+from ethan_llm.offline import OfflineMemory, OfflineProvider
+from ethan_llm.provider import Request
+from ethan_llm.types import Message
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def test_every_routed_provider_is_registered():
 
 
 def test_an_unregistered_provider_is_a_config_error():
-    with pytest.raises(llm.ModelConfigError, match="no provider named 'mistral'"):
+    with pytest.raises(ethan_llm.ModelConfigError, match="no provider named 'mistral'"):
         get_provider("mistral")
 
 
@@ -39,14 +39,14 @@ def test_the_memory_model_follows_the_provider():
         prompted = memory.memory_model(model)
         assert isinstance(prompted, memory.PromptedMemory)
         assert prompted.model == model
-    with pytest.raises(llm.ModelConfigError, match="unknown model"):
+    with pytest.raises(ethan_llm.ModelConfigError, match="unknown model"):
         memory.memory_model("mistral-large")
 
 
 def test_a_request_says_nothing_about_its_purpose():
     assert "task" not in {field.name for field in dataclasses.fields(Request)}
     with pytest.raises(TypeError):
-        llm.complete(model="offline", messages=[Message.user("hi")], task="summarize")
+        ethan_llm.complete(model="offline", messages=[Message.user("hi")], task="summarize")
 
 
 def test_the_offline_memory_model_works_on_the_turns():
@@ -72,7 +72,7 @@ def test_the_offline_memory_model_works_on_the_turns():
 def test_the_offline_chat_model_does_not_read_memory_prompts():
     """A summary prompt sent to the offline model as a chat is just a chat message now."""
     transcript = memory.render_transcript([Turn("user", "我更喜欢简短的回答。")])
-    reply = llm.complete(
+    reply = ethan_llm.complete(
         model="offline", system=memory.SUMMARY_SYSTEM, messages=[Message.user(transcript)]
     )
     assert reply.text == f"（离线模式）收到：{transcript}"
@@ -82,14 +82,14 @@ def test_offline_work_never_imports_an_sdk():
     probe = textwrap.dedent(
         """
         import sys
-        import llm
-        from llm import memory
-        from llm.types import Message, ToolSpec
+        import ethan_llm
+        from ethan_llm import memory
+        from ethan_llm.types import Message, ToolSpec
 
         rounds = [Message.user("记住我喜欢喝美式咖啡。"), Message.assistant("好的。")]
-        llm.complete(model="offline", messages=rounds[:1],
+        ethan_llm.complete(model="offline", messages=rounds[:1],
                      tools=[ToolSpec("memory_write", "d", {"type": "object"})])
-        list(llm.stream(model="offline", messages=rounds[:1]))
+        list(ethan_llm.stream(model="offline", messages=rounds[:1]))
         memory.summarize(model="offline", rounds=rounds)
         memory.extract(model="offline", rounds=rounds, psych=True)
         memory.fold(model="offline", rolling="", summaries=["用户提到：甲。"])
@@ -113,10 +113,10 @@ def test_preload_loads_the_models_sdk_and_jieba_before_any_call(model, sdk):
     probe = textwrap.dedent(
         f"""
         import sys
-        import llm
+        import ethan_llm
 
         before = [name for name in ("openai", "anthropic") if name in sys.modules]
-        print(llm.preload({model!r}))
+        print(ethan_llm.preload({model!r}))
         import jieba
         loaded = [name for name in ("openai", "anthropic") if name in sys.modules]
         print(before, loaded, jieba.dt.initialized)

@@ -1,5 +1,5 @@
 """One scripted conversation with one tool call, through openai, anthropic, gemini and offline,
-streamed (llm.stream) and not (llm.complete).
+streamed (ethan_llm.stream) and not (ethan_llm.complete).
 
 The fakes are scripted with what the offline model says, so all four must come out the same in
 neutral terms, and each fake checks that the history (tool call, tool result) went back in its
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import base64
 
-import llm
-from llm.types import Completion, Message, ToolCall
+import ethan_llm
+from ethan_llm.types import Completion, Message, ToolCall
 from tests.llm.test_providers import MEMORY_WRITE
 
 SYSTEM = "You are Ethan.\n<memory_context>\n- 用户住在上海\n</memory_context>"
@@ -21,10 +21,14 @@ USER = "记住我喜欢喝美式咖啡"
 def ask(model: str, history: list[Message], streamed: bool) -> Completion:
     """One call, drained by complete() or consumed event by event from stream()."""
     if not streamed:
-        return llm.complete(model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE])
+        return ethan_llm.complete(
+            model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE]
+        )
     deltas: list[str] = []
-    for event in llm.stream(model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE]):
-        if isinstance(event, llm.TextDelta):
+    for event in ethan_llm.stream(
+        model=model, system=SYSTEM, messages=history, tools=[MEMORY_WRITE]
+    ):
+        if isinstance(event, ethan_llm.TextDelta):
             deltas.append(event.text)
         else:
             assert "".join(deltas) == event.completion.text
@@ -186,8 +190,8 @@ def test_gemini_refuses_a_history_that_drops_the_signature(fakes):
         Message.tool("c1", "ok", name="memory_write"),
     ]
     try:
-        llm.complete(model=gemini.model, messages=history, tools=[MEMORY_WRITE])
-    except llm.ModelRequestError as exc:
+        ethan_llm.complete(model=gemini.model, messages=history, tools=[MEMORY_WRITE])
+    except ethan_llm.ModelRequestError as exc:
         assert "thought_signature" in str(exc)
     else:
         raise AssertionError("the fake accepted a function call without its signature")
@@ -199,7 +203,7 @@ def test_tool_calls_survive_json_storage(fakes):
     gemini.fake.reply(
         gemini.tool_call("call_9", "memory_write", {"content": "y", "category": "knowledge"})
     )
-    completion = llm.complete(
+    completion = ethan_llm.complete(
         model=gemini.model, messages=[Message.user("hi")], tools=[MEMORY_WRITE]
     )
     stored = [call.to_json() for call in completion.tool_calls]

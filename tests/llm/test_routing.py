@@ -2,9 +2,15 @@ from __future__ import annotations
 
 import pytest
 
-from llm import ModelConfigError, compression_model, default_model, estimate_tokens, provider_for
-from llm.config import LLMSettings
-from llm.routing import compression_model_for, parse_routes, wire_model_name
+from ethan_llm import (
+    ModelConfigError,
+    compression_model,
+    default_model,
+    estimate_tokens,
+    provider_for,
+)
+from ethan_llm.config import LLMSettings
+from ethan_llm.routing import compression_model_for, parse_routes, wire_model_name
 from tests.conftest import run_manage
 
 
@@ -102,7 +108,7 @@ def test_django_settings_reach_the_llm_layer(tmp_path):
         "compression_routes: 'gpt-*=gpt-4o-mini'\n"
     )
     probe = (
-        "import llm.config as c; s = c.current(); "
+        "import ethan_llm.config as c; s = c.current(); "
         "print(sorted(s.env), s.timeout, s.retries, c.default_model(), "
         "c.compression_model('gpt-5'), c.compression_model('claude-opus-4-1'), sep='|')"
     )

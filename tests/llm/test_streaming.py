@@ -1,4 +1,4 @@
-"""llm.stream(): each real SDK streaming from its fake, the retries before and after the first
+"""ethan_llm.stream(): each real SDK streaming from its fake, the retries before and after the first
 delta, and the offline model's pieces."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from google import genai
 from google.genai import types as genai_types
 
-import llm
-from llm import ModelConfigError, ModelUnavailable, StreamEnd, TextDelta
-from llm.types import Message
+import ethan_llm
+from ethan_llm import ModelConfigError, ModelUnavailable, StreamEnd, TextDelta
+from ethan_llm.types import Message
 from tests.llm.test_providers import MEMORY_WRITE
 
 LONG = "你好，我是 Ethan。Streaming arrives piece by piece, never all at once."
@@ -37,7 +37,9 @@ def collect(events) -> tuple[list[str], StreamEnd]:
 def test_streamed_text_arrives_in_several_deltas(provider):
     provider.fake.reply(provider.text(LONG))
     deltas, end = collect(
-        llm.stream(model=provider.model, system="You are Ethan.", messages=[Message.user("hi")])
+        ethan_llm.stream(
+            model=provider.model, system="You are Ethan.", messages=[Message.user("hi")]
+        )
     )
     assert len(deltas) > 1
     assert "".join(deltas) == end.completion.text == LONG
@@ -117,7 +119,7 @@ def test_streamed_tool_call_equals_the_unstreamed_one(provider, text):
     expected = unstreamed(provider, tool_reply(provider, text))
     provider.fake.reply(tool_reply(provider, text))
     deltas, end = collect(
-        llm.stream(model=provider.model, messages=[Message.user("hi")], tools=[MEMORY_WRITE])
+        ethan_llm.stream(model=provider.model, messages=[Message.user("hi")], tools=[MEMORY_WRITE])
     )
     completion = end.completion
     got = (
@@ -142,7 +144,7 @@ def test_streamed_tool_call_equals_the_unstreamed_one(provider, text):
 def test_a_503_before_the_first_delta_is_retried(provider):
     provider.fake.reply(provider.error(503, "overloaded"), status=503)
     provider.fake.reply(provider.text(LONG))
-    deltas, end = collect(llm.stream(model=provider.model, messages=[Message.user("hi")]))
+    deltas, end = collect(ethan_llm.stream(model=provider.model, messages=[Message.user("hi")]))
     assert "".join(deltas) == end.completion.text == LONG
     assert len(provider.fake.requests) == 2
 
@@ -153,7 +155,7 @@ def test_a_stream_broken_before_the_first_delta_is_retried(provider, fail_with):
         provider.text(LONG), fail_after=BEFORE_TEXT[provider.name], fail_with=fail_with
     )
     provider.fake.reply(provider.text(LONG))
-    deltas, _end = collect(llm.stream(model=provider.model, messages=[Message.user("hi")]))
+    deltas, _end = collect(ethan_llm.stream(model=provider.model, messages=[Message.user("hi")]))
     assert "".join(deltas) == LONG
     assert len(provider.fake.requests) == 2
 
@@ -164,7 +166,7 @@ def test_a_stream_broken_after_the_first_delta_is_raised_not_retried(provider, f
     provider.fake.reply(provider.text("a second answer nobody may see"))
     seen: list[str] = []
     with pytest.raises(ModelUnavailable, match="not retried") as raised:
-        for event in llm.stream(model=provider.model, messages=[Message.user("hi")]):
+        for event in ethan_llm.stream(model=provider.model, messages=[Message.user("hi")]):
             assert isinstance(event, TextDelta)
             seen.append(event.text)
     assert seen and LONG.startswith("".join(seen)) and "".join(seen) != LONG
@@ -175,7 +177,7 @@ def test_a_stream_broken_after_the_first_delta_is_raised_not_retried(provider, f
 def test_the_first_delta_arrives_before_the_last_chunk_is_sent(provider):
     provider.fake.reply(provider.text(LONG), first_chunk_ms=40, chunk_ms=25)
     first_delta_at = None
-    for event in llm.stream(model=provider.model, messages=[Message.user("hi")]):
+    for event in ethan_llm.stream(model=provider.model, messages=[Message.user("hi")]):
         if isinstance(event, TextDelta) and first_delta_at is None:
             first_delta_at = time.monotonic()
     [request] = provider.fake.requests
@@ -186,38 +188,40 @@ def test_the_first_delta_arrives_before_the_last_chunk_is_sent(provider):
 def test_a_missing_key_fails_before_the_stream_is_iterated(provider, llm_config):
     llm_config.configure(env={})
     with pytest.raises(ModelConfigError, match=provider.key_var):
-        llm.stream(model=provider.model, messages=[Message.user("hi")])
+        ethan_llm.stream(model=provider.model, messages=[Message.user("hi")])
     assert provider.fake.requests == []
 
 
 def test_complete_is_the_stream_drained(provider):
     provider.fake.reply(provider.text(LONG))
     provider.fake.reply(provider.text(LONG))
-    _deltas, end = collect(llm.stream(model=provider.model, messages=[Message.user("hi")]))
-    completion = llm.complete(model=provider.model, messages=[Message.user("hi")])
+    _deltas, end = collect(ethan_llm.stream(model=provider.model, messages=[Message.user("hi")]))
+    completion = ethan_llm.complete(model=provider.model, messages=[Message.user("hi")])
     assert completion == replace(end.completion, latency_ms=completion.latency_ms)
 
 
 def test_the_offline_model_streams_in_pieces(llm_config):
     messages = [Message.user("Hello there, could you tell me how streaming works offline?")]
-    deltas, end = collect(llm.stream(model="offline", messages=messages))
+    deltas, end = collect(ethan_llm.stream(model="offline", messages=messages))
     assert len(deltas) > 1
     assert "".join(deltas) == end.completion.text
     assert end.completion.meta == {"offline": True}
-    completion = llm.complete(model="offline", messages=messages)
+    completion = ethan_llm.complete(model="offline", messages=messages)
     assert (completion.text, completion.usage) == (end.completion.text, end.completion.usage)
 
 
 def test_the_offline_model_streams_chinese_in_pieces(llm_config):
     deltas, end = collect(
-        llm.stream(model="offline", messages=[Message.user("今天天气怎么样，适合出去散步吗？")])
+        ethan_llm.stream(
+            model="offline", messages=[Message.user("今天天气怎么样，适合出去散步吗？")]
+        )
     )
     assert len(deltas) > 1 and "".join(deltas) == end.completion.text
 
 
 def test_offline_tool_calls_come_in_the_final_completion(llm_config):
     deltas, end = collect(
-        llm.stream(
+        ethan_llm.stream(
             model="offline", messages=[Message.user("记住我喜欢喝美式咖啡")], tools=[MEMORY_WRITE]
         )
     )

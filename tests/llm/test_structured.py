@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-import llm
-from llm import ModelOutputError, ModelRequestError, memory, structured
-from llm.structured import strict_schema
-from llm.types import JsonSchema, Message
+import ethan_llm
+from ethan_llm import ModelOutputError, ModelRequestError, memory, structured
+from ethan_llm.structured import strict_schema
+from ethan_llm.types import JsonSchema, Message
 from tests.fakes.anthropic_fake import FakeAnthropic
 from tests.fakes.base import ProtocolError
 from tests.fakes.openai_fake import FakeOpenAI
@@ -49,7 +49,7 @@ def test_extraction_prompt_states_the_schema_and_the_language(provider):
 def test_invalid_json_is_repaired_once(provider, caplog):
     provider.fake.reply(provider.text('{"facts": [{"content": "用户是后端工程师"'))  # cut off
     provider.fake.reply(provider.text("```json\n" + json.dumps(GOOD, ensure_ascii=False) + "\n```"))
-    with caplog.at_level(logging.WARNING, logger="llm.structured"):
+    with caplog.at_level(logging.WARNING, logger="ethan_llm.structured"):
         extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
     assert len(extraction.facts) == 2
     assert "asking once to repair" in caplog.text
@@ -67,7 +67,7 @@ def test_still_invalid_after_repair_fails_loudly(provider, caplog):
     provider.fake.reply(provider.text("I found two facts!"))
     provider.fake.reply(provider.text('{"facts": [{"content": "x", "category": "gossip"}]}'))
     with (
-        caplog.at_level(logging.ERROR, logger="llm.structured"),
+        caplog.at_level(logging.ERROR, logger="ethan_llm.structured"),
         pytest.raises(ModelOutputError, match="after one repair") as error,
     ):
         memory.extract(model=provider.model, rounds=CONVERSATION)
@@ -264,7 +264,7 @@ def test_a_request_with_a_non_strict_schema_is_refused_as_the_real_api_would(pro
         }
     provider.fake.reply(provider.text("{}"))
     with pytest.raises(ModelRequestError):
-        llm.complete(
+        ethan_llm.complete(
             model=provider.model,
             messages=[Message.user("hi")],
             json_schema=JsonSchema("extract", schema),
@@ -308,7 +308,7 @@ def test_a_model_that_ignores_the_schema_gets_one_repair(provider, caplog):
     sent back once, with what was wrong, and the schema is asked for again."""
     provider.fake.reply(provider.text('{"memories": ["用户是后端工程师"]}'))
     provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
-    with caplog.at_level(logging.WARNING, logger="llm.structured"):
+    with caplog.at_level(logging.WARNING, logger="ethan_llm.structured"):
         extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
     assert len(extraction.facts) == 2
     assert "'facts' is a required property" in caplog.text
@@ -325,7 +325,7 @@ def test_a_server_that_refuses_structured_output_is_asked_with_the_prompt_only(p
         provider.error(400, "response_format json_schema is not supported"), status=400
     )
     provider.fake.reply(provider.text(json.dumps(GOOD, ensure_ascii=False)))
-    with caplog.at_level(logging.WARNING, logger="llm.structured"):
+    with caplog.at_level(logging.WARNING, logger="ethan_llm.structured"):
         extraction = memory.extract(model=provider.model, rounds=CONVERSATION)
     assert len(extraction.facts) == 2
     assert "refused structured output" in caplog.text
@@ -350,7 +350,7 @@ def test_parse_json_drops_only_the_nulls_the_schema_does_not_allow():
 
 
 def test_the_offline_model_ignores_the_schema():
-    completion = llm.complete(
+    completion = ethan_llm.complete(
         model="offline",
         messages=[Message.user("你好")],
         json_schema=JsonSchema("extract", strict_schema(memory.EXTRACT_SCHEMA)),

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from llm.text import is_question, statements, stem, time_named, tokenize
+from ethan_llm.text import is_question, statements, stem, time_named, tokenize
 
 # A Friday afternoon: the week began on Monday 16 October 2023.
 NOW = datetime(2023, 10, 20, 15, 30, tzinfo=UTC)

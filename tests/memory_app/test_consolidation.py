@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-import llm
+import ethan_llm
 from agent_app.turn import turn_run
-from ethan_site import queue
+from ethan_shared import queue
 from memory_app import consolidator
 from memory_app.consolidator import consolidation_run
 from memory_app.models import Fact, FactEvent, Summary, WorkingState
@@ -335,7 +335,7 @@ def test_a_model_outage_leaves_the_cursors_for_later(owner, fakes):
     session = _rounds(owner, ["一", "二", "三"], model="gpt-4o")
     for _ in range(3):
         openai.fake.reply(openai.error(503, "down"), status=503)
-    with pytest.raises(llm.ModelUnavailable):
+    with pytest.raises(ethan_llm.ModelUnavailable):
         consolidation_run(session_id=session.pk, config=SMALL)
     state = WorkingState.objects.get(session=session)
     assert (state.compressed_through, state.extracted_through) == (0, 0)
@@ -391,7 +391,7 @@ def _said(session) -> list:
 
 
 def test_extracted_facts_know_the_turns_they_came_from(owner, fakes, caplog):
-    from llm import memory as llm_memory
+    from ethan_llm import memory as llm_memory
 
     openai = fakes["openai"]
     session = _rounds(owner, ["我搬到上海了。", "我养了一只猫，叫 Miso。", "好"], model="gpt-4o")

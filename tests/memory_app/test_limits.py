@@ -1,4 +1,4 @@
-"""Lengths and the rule capacity (ethan_site.limits, ETHAN_PROCEDURE_CAPACITY), the same at
+"""Lengths and the rule capacity (ethan_shared.limits, ETHAN_PROCEDURE_CAPACITY), the same at
 every door: the chat tools, the services, the REST API and the admin."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from agent_app.tools import run_tool
-from ethan_site.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
-from llm.types import ToolCall
+from ethan_llm.types import ToolCall
+from ethan_shared.limits import FACT_MAX_CHARS, RULE_CONTEXT_MAX_CHARS, RULE_MAX_CHARS
 from memory_app import selectors, services
 from memory_app.models import Fact, FactEvent, Procedure
 
@@ -197,7 +197,7 @@ def test_admin_procedure_form_refuses_a_long_rule_and_the_31st(admin_client, own
 
 
 def test_consolidator_skips_an_over_long_extracted_fact(owner, make_session):
-    from llm.memory import ExtractedFact
+    from ethan_llm.memory import ExtractedFact
     from memory_app.consolidator import apply_fact
 
     session = make_session(owner, "hi")

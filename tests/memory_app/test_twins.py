@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm.memory import ExtractedFact, Extraction
+from ethan_llm.memory import ExtractedFact, Extraction
 from memory_app import services
 from memory_app.consolidator import apply_fact, fact_vectors, facts_embed_new
 from memory_app.models import Fact

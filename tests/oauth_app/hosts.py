@@ -50,7 +50,7 @@ def served_site() -> Iterator[str]:
     # from loopback by default); the application does, with ETHAN_NUM_PROXIES.
     as_served = functools.partial(uvicorn.Config, proxy_headers=False)
     with (
-        mock.patch("channels.mcp_server.server.http_app", whole_site),
+        mock.patch("channels_app.mcp_server.server.http_app", whole_site),
         mock.patch("uvicorn.Config", as_served),
         served_in_thread() as url,
     ):

@@ -138,7 +138,7 @@ def test_oauth_sessions_count_toward_the_persons_cap(
 ):
     from rest_framework.authtoken.models import Token
 
-    from channels.mcp_server.http import PersonalSessions
+    from channels_app.mcp_server.http import PersonalSessions
     from tests.mcp_client import INITIALIZED
 
     adopted = []

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agent_app.tools import run_tool
-from ethan_site.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
-from llm.types import ToolCall
+from ethan_llm.types import ToolCall
+from ethan_shared.limits import PROFILE_ENTRY_MAX_CHARS, PROFILE_MAX_CHARS
 from profile_app.models import ProfileRevision, ProfileSection
 from profile_app.selectors import profile_markdown
 from profile_app.services import profile_apply_extraction, profile_update

@@ -12,7 +12,7 @@ import pytest
 from agent_app.lifecycle import session_episode_write_task
 from agent_app.turn import turn_run
 from episodes_app.models import Episode
-from ethan_site import queue
+from ethan_shared import queue
 from memory_app.models import Fact, FactEvent, Summary, WorkingState
 from memory_app.tasks import consolidation_run_task
 from sessions_app import services as session_services

@@ -53,7 +53,7 @@ def test_redis_down_chats_still_answer_and_consolidation_catches_up_later(
     api = api_for(owner)
     session_id = None
     started = time.monotonic()
-    caplog.set_level(logging.WARNING, logger="ethan_site.queue")
+    caplog.set_level(logging.WARNING, logger="ethan_shared.queue")
     for n in range(4):
         body = {
             "message": f"我们聊第{n + 1}个话题",

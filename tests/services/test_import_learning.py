@@ -10,7 +10,7 @@ import pytest
 
 from agent_app.history_import import import_upload_task, sessions_to_learn
 from episodes_app.models import Episode
-from ethan_site import queue
+from ethan_shared import queue
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, ImportRun
 from tests.imports.exports import START, ChatGPT

@@ -34,17 +34,17 @@ def test_a_second_message_in_a_new_chat_waits_for_the_first_reply(
     question, reply, question, reply."""
     import time
 
-    import llm
+    import ethan_llm
     from agent_app.models import ChannelChat
 
     settings.ETHAN_EMBEDDED = True  # the handling runs in each request's thread, after it
-    real = llm.stream
+    real = ethan_llm.stream
 
     def slow_stream(**kwargs):
         time.sleep(1.0)  # the first reply is still being written when the second arrives
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", slow_stream)
+    monkeypatch.setattr(ethan_llm, "stream", slow_stream)
 
     def first():
         return deliver(Client(), message_event("ev-first", "第一句")).status_code

@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from agent_app.models import LarkEvent
-from ethan_site import queue
+from ethan_shared import queue
 from tests.fakes.lark_fake import FakeLark
 from tests.lark_helpers import KEY, TOKEN, deliver, message_event
 from tests.services.conftest import all_at_once, wait_for
@@ -78,7 +78,7 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
 def test_two_dispatchers_racing_queue_each_event_once(services_ready, monkeypatch):
     """Two dispatch runs at once (a burst woke a second before the first finished), on
     PostgreSQL: the conditional update on queued_at lets exactly one queue each event."""
-    from channels.lark import tasks
+    from channels_app.lark import tasks
 
     pks = [
         LarkEvent.objects.create(

@@ -7,7 +7,7 @@ import pytest
 
 from agent_app.memory_search import memory_search
 from agent_app.vectors import vectors_write, vectors_write_task
-from ethan_site import queue
+from ethan_shared import queue
 from sessions_app.models import Message
 from tests.agent_app.test_meaning import CHINESE, ENGLISH
 from tests.services.conftest import wait_for

@@ -10,7 +10,7 @@ import time
 import pytest
 from django.db import connection
 
-import llm
+import ethan_llm
 from sessions_app.models import ChatSession, Message
 from tests.services.conftest import all_at_once, wait_for
 
@@ -22,14 +22,14 @@ def slow_model(monkeypatch):
     """The offline model, thinking for `delay` seconds first: without one-at-a-time turns, the
     other clients' messages land while it thinks. The offline model acknowledges the latest
     user message of the context it is sent, so a reply names the question it answered."""
-    real = llm.stream
+    real = ethan_llm.stream
     state = {"delay": 0.05}
 
     def stream(**kwargs):
         time.sleep(state["delay"])
         yield from real(**kwargs)
 
-    monkeypatch.setattr(llm, "stream", stream)
+    monkeypatch.setattr(ethan_llm, "stream", stream)
     return state
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from agent_app.lifecycle import sessions_cleanup_empty_task
-from ethan_site import queue
+from ethan_shared import queue
 from sessions_app import services
 from sessions_app.models import ChatSession, Message
 from tests.services.conftest import wait_for
@@ -26,7 +26,7 @@ def test_enqueued_task_runs_on_a_real_worker(celery_worker_process, owner, make_
 
 def test_the_worker_registers_every_task(celery_worker_process):
     """Autodiscovery imports only `<app>.tasks`: the tasks that live elsewhere (the session life
-    cycle in agent_app.lifecycle, the Lark task in channels.lark.tasks) are found too."""
+    cycle in agent_app.lifecycle, the Lark task in channels_app.lark.tasks) are found too."""
     from ethan_site.celery import app
     from tests.ethan_site.test_queue import TASK_NAMES
 

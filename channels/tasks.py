@@ -1,8 +1,0 @@
-"""The doors' tasks live with their door: the Lark channel's in channels.lark.tasks
-(channels.lark_event, channels.lark_dispatch, channels.lark_reclaim).
-
-Celery's autodiscovery imports `<app>.tasks` of each installed app and nothing else, so a
-worker registers those tasks through the import below.
-"""
-
-from channels.lark import tasks as lark_tasks  # noqa: F401
