@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	@echo "Installing Ethan and its dependencies into $(VENV)…"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -m pip install --quiet -e '.[dev,bench]'
 	@touch $(STAMP)
 
 migrate: install
