@@ -18,7 +18,66 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "docs" / "benchmarks.md"
+# docs/benchmarks.md is the index: the current figures, each linking to the run it comes from.
+# The runs themselves are kept in docs/benchmarks/, one file per topic, each bench appending
+# to its own (RECORDS).
+ARCHIVE = ROOT / "docs" / "benchmarks"
+
+# Which topic file each bench's runs are appended to. A bench missing here gets a file named
+# after itself (records_file), so a new one records somewhere a reader can find.
+RECORDS = {
+    "bench.session_search": "search.md",
+    "bench.mcp_search": "search.md",
+    "bench.import_speed": "imports.md",
+    "bench.import_history": "imports.md",
+    "bench.locomo_recall": "recall.md",
+    "bench.meaning_recall": "recall.md",
+    "bench.chinese_recall": "recall.md",
+    "bench.meaning_cost": "memory.md",
+    "bench.fact_twins": "memory.md",
+    "bench.consolidation_cost": "memory.md",
+    "bench.memory_page": "memory.md",
+    "bench.turn_overhead": "turn.md",
+    "bench.context_tokens": "turn.md",
+    "bench.chat_throughput": "throughput.md",
+    "bench.first_delta": "first-delta.md",
+    "bench.concurrent_streams": "streams.md",
+    "bench.openai_compat": "chat-apps.md",
+    "bench.v1_chat_apps": "chat-apps.md",
+    "bench.housekeeping_recognition": "chat-apps.md",
+    "bench.lark_ack": "lark.md",
+}
+
+# Each topic file's heading.
+TOPIC_TITLES = {
+    "search.md": "search (session search against LIKE, memory_search over MCP)",
+    "imports.md": "imports (ethan_import, ChatGPT exports)",
+    "recall.md": "recall (LoCoMo, DuLeMon)",
+    "memory.md": "memory (consolidation, found by meaning, facts deduplicated, 我的记忆)",
+    "turn.md": "turn overhead and context tokens",
+    "throughput.md": "chat throughput",
+    "first-delta.md": "time to first delta",
+    "streams.md": "concurrent streams",
+    "chat-apps.md": "/v1 and chat apps",
+    "lark.md": "Lark acknowledgement",
+}
+
+
+def records_file(module: str) -> Path:
+    """The topic file `module`'s runs are appended to."""
+    return ARCHIVE / RECORDS.get(module, module.rpartition(".")[2].replace("_", "-") + ".md")
+
+
+def archive_header(topic: str) -> str:
+    """The top of a topic file: what it holds, and where the current figures are."""
+    modules = ", ".join(f"`{module}`" for module, file in RECORDS.items() if file == topic)
+    title = TOPIC_TITLES.get(topic, topic.removesuffix(".md"))
+    runs = f"The runs of {modules}" if modules else "The runs"
+    return (
+        f"# Benchmarks: {title}\n\n{runs}, newest last, each as it was recorded: the command,"
+        " the machine, the date and the tables. The current figures are in"
+        " [the index](../benchmarks.md).\n"
+    )
 
 
 def django_setup(fresh_home: bool = True) -> None:
@@ -49,6 +108,16 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float]:
     return statistics.median(samples_ms), percentile(samples_ms, 0.95)
 
 
+def ms_cells(pair: tuple[float, float]) -> str:
+    """A (p50, p95) pair in milliseconds as two table cells."""
+    return f"{pair[0]:.1f} | {pair[1]:.1f}"
+
+
+def comma_sizes(text: str) -> tuple[int, ...]:
+    """A comma-separated list of sizes on the command line (`10,100_000`)."""
+    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+
+
 def command_line(module: str, argv: list[str] | None) -> str:
     """How this run was started, for the results file."""
     return " ".join(["python -m", module, *(argv or sys.argv[1:])])
@@ -69,9 +138,10 @@ def database_label() -> str:
 
 
 def append_results(title: str, command: str, table: str, database: str | None = None) -> None:
-    """Append one run to docs/benchmarks.md: what ran, where, when, and the table. `database`
-    names the database(s) when this process has no Django of its own (a run made of child
-    processes, one per database); otherwise it is this process's."""
+    """Append one run to its bench's topic file in docs/benchmarks/ (records_file): what ran,
+    where, when, and the table. `command` is command_line's (`python -m <module> …`), which
+    names the bench. `database` names the database(s) when this process has no Django of its
+    own (a run made of child processes, one per database); otherwise it is this process's."""
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
@@ -79,10 +149,11 @@ def append_results(title: str, command: str, table: str, database: str | None = 
     except OSError:
         commit = ""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    RESULTS.parent.mkdir(exist_ok=True)
-    if not RESULTS.exists():
-        RESULTS.write_text("# Benchmarks\n\nEach run appends its results here (newest last).\n")
-    with RESULTS.open("a", encoding="utf-8") as out:
+    results = records_file(command.split()[2])
+    results.parent.mkdir(parents=True, exist_ok=True)
+    if not results.exists():
+        results.write_text(archive_header(results.name), encoding="utf-8")
+    with results.open("a", encoding="utf-8") as out:
         out.write(
             f"\n## {title}\n\n- command: `{command}`\n- machine: {machine()}\n"
             f"- database: {database or database_label()}\n- date: {when}"
@@ -114,7 +185,7 @@ def run_per_database(
     """The end of a benchmark measured on one database or on each (`--database both`), the
     results gathered in one table. A child (`--json`) measures its database into the file and
     stops there; otherwise the table is printed and, unless `--no-record`, appended to
-    docs/benchmarks.md under `title`."""
+    the bench's topic file in docs/benchmarks/ under `title`."""
     if args.json:
         Path(args.json).write_text(json.dumps(measure_database(args.database, args)))
         return 0

@@ -7,7 +7,7 @@ against two others, on the same conversations.
   of the rounds not yet extracted), the deferred work run as embedded mode runs it: short
   chats' ends wait for each other (memory_app.working.ends_due) and share a call; what still
   waits after the last session is finished as the sweep would, once it has waited.
-- **design**: the design document's schedule, replayed through the same llm.memory calls: a
+- **design**: the design document's schedule, replayed through the same ethan_llm.memory calls: a
   summary per 5 rounds once they leave the 10-round hot zone, one extraction and one fold once
   the warm zone covers 20 rounds, and an episode summary per session of 2 rounds or more.
 - **per message pair**: an extractor called once for every user message and its reply, with
@@ -17,13 +17,13 @@ against two others, on the same conversations.
 
 Every call goes over the OpenAI wire protocol to the loopback fake of tests/fakes (gpt-4o-mini,
 the compression model gpt-4o routes to), which answers with short summaries and one fact per
-user turn. Tokens are the project's estimate (llm.estimate_tokens) of what each request sends
+user turn. Tokens are the project's estimate (ethan_llm.estimate_tokens) of what each request sends
 (system prompt and messages) and of what comes back. The conversations are generated with a
 seeded random, in three shapes: short chats (2–4 rounds), sessions the length of LoCoMo's
 (8–15 rounds) and one long session.
 
     python -m bench.consolidation_cost --no-record     # print only
-    python -m bench.consolidation_cost                 # and append to docs/benchmarks.md
+    python -m bench.consolidation_cost                 # and append to docs/benchmarks/memory.md
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class CountingModel:
         self.tally = Tally()
 
     def __call__(self, recorded):
-        from llm.tokens import estimate_tokens
+        from ethan_llm.tokens import estimate_tokens
 
         reply = self.mini(recorded)
         body = recorded.body
@@ -104,7 +104,7 @@ def conversation(shape: tuple[int, int] | None, rng: random.Random) -> list[list
 
 def ethan(sessions: list[list[str]], owner) -> None:
     from agent_app.lifecycle import session_finish, sessions_end_write
-    from ethan_site.queue import run_deferred
+    from ethan_shared.queue import run_deferred
     from memory_app.consolidator import consolidation_run
     from memory_app.models import WorkingState
     from memory_app.working import consolidation_due
@@ -126,8 +126,8 @@ def ethan(sessions: list[list[str]], owner) -> None:
 
 
 def design(sessions: list[list[str]]) -> None:
-    from llm import memory
-    from llm.types import Message
+    from ethan_llm import memory
+    from ethan_llm.types import Message
 
     hot, batch, warm = 10, 5, 20
     model = "gpt-4o-mini"
@@ -151,8 +151,8 @@ def design(sessions: list[list[str]]) -> None:
 
 
 def per_message_pair(sessions: list[list[str]]) -> None:
-    from llm import memory
-    from llm.types import Message
+    from ethan_llm import memory
+    from ethan_llm.types import Message
 
     known: list[str] = []
     for said in sessions:
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     django_setup()
-    from llm import config
+    from ethan_llm import config
     from tests.fakes.openai_fake import FakeOpenAI
 
     fake = FakeOpenAI()

@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
-from bench.common import percentile, percentiles, run_per_database
+from bench.common import ms_cells, percentile, percentiles, run_per_database
 from bench.server import (
     BenchStack,
     add_gunicorn_arguments,
@@ -351,8 +351,8 @@ def run_cells(
 
 # The steps of a turn timed in --profile: (label, module, attribute). Before the first delta:
 STEPS_BEFORE = (
-    ("turn_plan (validate, choose path and model)", "channels.rest", "turn_plan"),
-    ("turn_start (claim the session, store the message)", "channels.turns", "turn_start"),
+    ("turn_plan (validate, choose path and model)", "channels_app.rest", "turn_plan"),
+    ("turn_start (claim the session, store the message)", "channels_app.turns", "turn_start"),
     ("build_system (prompt, facts, profile)", "agent_app.turn", "build_system"),
     ("context_parts (working state, hot rounds)", "agent_app.turn", "context_parts"),
     ("context_assemble (long-term, summaries)", "agent_app.turn", "context_assemble"),
@@ -380,12 +380,12 @@ def profile_first_delta(*, token: str, session_id: str, model: PacedModel, turns
     from django.db import connection
     from django.test import Client
 
-    import llm
+    import ethan_llm
 
     client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
     spans: list[tuple[str, float, float]] = []  # (step, start, end) of the current turn
     log: list[tuple[float, float, str]] = []  # (start, ms, sql) of the current turn
-    real_stream = llm.stream
+    real_stream = ethan_llm.stream
     marks: dict[str, float] = {}
 
     def timed(label, function):
@@ -427,7 +427,7 @@ def profile_first_delta(*, token: str, session_id: str, model: PacedModel, turns
             patches.enter_context(
                 mock.patch.object(target, attribute, timed(label, getattr(target, attribute)))
             )
-        patches.enter_context(mock.patch.object(llm, "stream", stream))
+        patches.enter_context(mock.patch.object(ethan_llm, "stream", stream))
         patches.enter_context(connection.execute_wrapper(logged))
         for index in range(turns + 2):  # the first two are not counted
             number = 1_000_000 + index
@@ -481,8 +481,7 @@ def profile_first_delta(*, token: str, session_id: str, model: PacedModel, turns
     model.first_chunk_ms, model.chunk_ms = saved_pace
 
     def p(values):
-        p50, p95 = percentiles(values)
-        return f"{p50:.1f} | {p95:.1f}"
+        return ms_cells(percentiles(values))
 
     def counted(phase):
         low, high = min(sql_count[phase]), max(sql_count[phase])
@@ -615,12 +614,10 @@ def report(results: list[dict], args) -> str:
     cells = [cell for result in results for cell in cells_of(result)]
     added_met, end_met = targets(cells)
 
-    def ms(pair: tuple[float, float]) -> str:
-        return f"{pair[0]:.1f} | {pair[1]:.1f}"
-
     rows = [
-        f"| {cell.database.split()[0]} | {cell.messages:,} | {cell.requests} | {ms(cell.added)} "
-        f"| {ms(cell.before_model)} | {ms(cell.after_model)} | {ms(cell.end_gap)} "
+        f"| {cell.database.split()[0]} | {cell.messages:,} | {cell.requests} "
+        f"| {ms_cells(cell.added)} | {ms_cells(cell.before_model)} "
+        f"| {ms_cells(cell.after_model)} | {ms_cells(cell.end_gap)} "
         f"| {cell.end_gap_max:.1f} | {cell.model_first_text[0]:.1f} |"
         for cell in cells
     ]

@@ -50,7 +50,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import append_results, command_line, django_setup, percentiles
+from bench.common import (
+    append_results,
+    comma_sizes,
+    command_line,
+    django_setup,
+    ms_cells,
+    percentiles,
+)
 from bench.turn_overhead import (
     ASSISTANT_LINES,
     EPISODES,
@@ -602,10 +609,6 @@ def disk_per_message(messages: int, seed: int) -> tuple[float, float, float]:
 # --- the run -----------------------------------------------------------------------------------
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
-
-
 @dataclass(frozen=True)
 class HeldCost:
     """messages_scan over one owner: what it holds, its time cold and held, its memory."""
@@ -704,19 +707,15 @@ def where_the_time_goes(cost: ScanCost) -> str:
     )
 
 
-def _ms(pair: tuple[float, float]) -> str:
-    return f"{pair[0]:.1f} | {pair[1]:.1f}"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few turns")
-    parser.add_argument("--history", type=_sizes, default=None, help="turn owners' messages")
+    parser.add_argument("--history", type=comma_sizes, default=None, help="turn owners' messages")
     parser.add_argument("--facts", type=int, default=200, help="active facts per turn owner")
     parser.add_argument("--turns", type=int, default=None, help="measured turns per cell and mode")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first")
     parser.add_argument("--searches", type=int, default=None, help="measured memory_search rounds")
-    parser.add_argument("--scans", type=_sizes, default=None, help="scan owners' vectors")
+    parser.add_argument("--scans", type=comma_sizes, default=None, help="scan owners' vectors")
     parser.add_argument("--per-session", type=int, default=1_000, help="scan owners' sessions")
     parser.add_argument(
         "--one-session",
@@ -799,9 +798,10 @@ def main(argv: list[str] | None = None) -> int:
         added = on[1] - off[1]
         verdicts.append((cell.messages, added))
         turn_rows.append(
-            f"| {cell.messages:,} | {len(cell.samples['on'].overhead_ms)} | {_ms(off)} | {_ms(on)} "
+            f"| {cell.messages:,} | {len(cell.samples['on'].overhead_ms)} "
+            f"| {ms_cells(off)} | {ms_cells(on)} "
             f"| {on[0] - off[0]:+.1f} | **{added:+.1f}** | {on[1] / off[1]:.2f}× "
-            f"| {_ms(percentiles(cell.embed_ms))} | {_ms(percentiles(cell.scan_ms))} "
+            f"| {ms_cells(percentiles(cell.embed_ms))} | {ms_cells(percentiles(cell.scan_ms))} "
             f"| {', '.join(str(n) for n in sorted(cell.embeds))} "
             f"| {statistics.median(cell.samples['off'].queries):.0f} "
             f"| {statistics.median(cell.samples['on'].queries):.0f} |"
@@ -814,22 +814,22 @@ def main(argv: list[str] | None = None) -> int:
         off = percentiles(search_ms[off_key])
         on = percentiles(search_ms["scope all" if scope == "all" else case, "on"])
         search_rows.append(
-            f"| {scope} | {case} | {len(search_ms[off_key])} | {_ms(off)} | {_ms(on)} "
+            f"| {scope} | {case} | {len(search_ms[off_key])} | {ms_cells(off)} | {ms_cells(on)} "
             f"| {on[1] - off[1]:+.1f} | {on[1] / off[1]:.2f}× |"
         )
     held_rows = [
         f"| {cost.vectors:,} | {cost.per_session:,} | {cost.held:,} | {cost.held_mb:.1f} "
-        f"| {_ms(cost.cold_ms)} | {_ms(cost.warm_ms)} | {cost.cold_traced_mb:.1f} "
+        f"| {ms_cells(cost.cold_ms)} | {ms_cells(cost.warm_ms)} | {cost.cold_traced_mb:.1f} "
         f"| {'n/a' if cost.cold_rss_mb is None else f'{cost.cold_rss_mb:.1f}'} "
         f"| {cost.warm_traced_mb:.1f} |"
         for cost in held_costs
     ]
     breakdown_rows = [
-        f"| {step} | {_ms(percentiles(values))} |" for step, values in breakdown.items()
+        f"| {step} | {ms_cells(percentiles(values))} |" for step, values in breakdown.items()
     ]
     scan_rows = [
         f"| {cost.vectors:,} | {cost.cap:,}{' (scan_cap)' if cost.cap == TUNING.scan_cap else ''} "
-        f"| {cost.scanned:,} | {_ms(cost.ms)} "
+        f"| {cost.scanned:,} | {ms_cells(cost.ms)} "
         f"| {' | '.join(f'{part_ms:.0f}' for part_ms in cost.parts.values())} "
         f"| {cost.traced_mb:.1f} | {'n/a' if cost.rss_mb is None else f'{cost.rss_mb:.1f}'} |"
         for cost in scan_costs

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="30 requests a view, not 200")
     parser.add_argument("--requests", type=int, help="requests a view")
-    parser.add_argument("--no-record", action="store_true", help="do not append to benchmarks.md")
+    parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
     args = parser.parse_args(argv)
     # A SQLite home of its own: the other benchmarks share .bench-home, and may be running.
     home = None

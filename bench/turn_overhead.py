@@ -29,7 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from bench.common import append_results, command_line, django_setup, percentiles
+from bench.common import (
+    append_results,
+    comma_sizes,
+    command_line,
+    django_setup,
+    ms_cells,
+    percentiles,
+)
 
 HISTORY_SIZES = (10, 1_000, 100_000)
 FACT_SIZES = (10, 1_000, 10_000)
@@ -323,19 +330,19 @@ class Samples:
 
 
 class TurnTimer:
-    """Runs one turn at a time, timing turn_run and, inside it, the model (llm.stream, from
+    """Runs one turn at a time, timing turn_run and, inside it, the model (ethan_llm.stream, from
     the call to its last event)."""
 
     def __init__(self) -> None:
-        import llm
+        import ethan_llm
 
-        self.llm = llm
-        self.real_stream = llm.stream
+        self.llm = ethan_llm
+        self.real_stream = ethan_llm.stream
         self.model_s = 0.0
 
     def __enter__(self) -> TurnTimer:
         def timed_stream(**kwargs):
-            # agent_app.turn calls llm.stream through the module: this wrapper sees it. The
+            # agent_app.turn calls ethan_llm.stream through the module: this wrapper sees it. The
             # time between events is the model's; the turn's own work between them is not
             # counted here (the offline model's events follow each other at once).
             started = time.perf_counter()
@@ -358,7 +365,7 @@ class TurnTimer:
         from django.test.utils import CaptureQueriesContext
 
         from agent_app.turn import turn_run
-        from ethan_site.queue import run_deferred
+        from ethan_shared.queue import run_deferred
         from memory_app.models import WorkingState
 
         state = WorkingState.objects.filter(session=session).first()
@@ -449,10 +456,6 @@ def targets(cells: list[Cell]) -> tuple[bool, bool, float]:
     return len(counts) == 1, ratio <= 2.0, ratio
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    return tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10/1,000 messages × 10/1,000 facts")
@@ -463,9 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the turns' path (router: as the router chooses, medium for these messages)",
     )
     parser.add_argument(
-        "--history", type=_sizes, default=None, help="history sizes, e.g. 10,100000"
+        "--history", type=comma_sizes, default=None, help="history sizes, e.g. 10,100000"
     )
-    parser.add_argument("--facts", type=_sizes, default=None, help="fact-store sizes, e.g. 1000")
+    parser.add_argument(
+        "--facts", type=comma_sizes, default=None, help="fact-store sizes, e.g. 1000"
+    )
     parser.add_argument("--turns", type=int, default=None, help="measured turns per cell")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured turns per cell first")
     parser.add_argument("--no-record", action="store_true", help="do not append to docs/")
@@ -491,12 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     same_queries, within_2x, ratio = targets(cells)
     most = max(count for cell in cells for count in cell.queries)
 
-    def ms(pair: tuple[float, float]) -> str:
-        return f"{pair[0]:.1f} | {pair[1]:.1f}"
-
     rows = [
-        f"| {cell.messages:,} | {cell.facts:,} | {cell.paths} | {cell.turns} | {ms(cell.turn_ms)} "
-        f"| {ms(cell.model_ms)} | {ms(cell.overhead_ms)} "
+        f"| {cell.messages:,} | {cell.facts:,} | {cell.paths} | {cell.turns} "
+        f"| {ms_cells(cell.turn_ms)} "
+        f"| {ms_cells(cell.model_ms)} | {ms_cells(cell.overhead_ms)} "
         f"| {', '.join(str(count) for count in cell.queries)} "
         f"| {', '.join(str(count) for count in cell.queries_every_read)} |"
         for cell in cells
@@ -520,8 +523,8 @@ def main(argv: list[str] | None = None) -> int:
             f"raised above the largest store so extraction does not evict it. Only turn_run "
             f"is timed: the "
             f"deferred consolidation (embedded mode) runs after each turn with "
-            f"ethan_site.queue.run_deferred(), outside the timed part. model: the time spent "
-            f"in llm.stream; overhead: turn minus model. Queries: SQL per turn "
+            f"ethan_shared.queue.run_deferred(), outside the timed part. model: the time spent "
+            f"in ethan_llm.stream; overhead: turn minus model. Queries: SQL per turn "
             f"(CaptureQueriesContext around turn_run; BEGIN and COMMIT included, as Django "
             f"logs them); with every read: the promoted-facts and warm-summary reads that "
             f"the session's working state let the turn skip counted back in. "

@@ -27,8 +27,3 @@ def test_full_path_grid_reads_the_whole_prompt_at_the_same_query_count():
     assert Procedure.objects.count() == len(turn_overhead.RULES)
     assert ProfileSection.objects.count() == len(turn_overhead.PROFILE)
     assert Episode.objects.count() == turn_overhead.EPISODES
-
-
-def test_sizes_parse():
-    assert turn_overhead._sizes("10,100_000") == (10, 100_000)
-    assert turn_overhead._sizes("1000") == (1000,)
