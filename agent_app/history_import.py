@@ -318,6 +318,18 @@ def _interrupted(file_name: str) -> str:
     )
 
 
+def import_upload(
+    *, owner: AbstractBaseUser, source: str, file_name: str, learn: bool, upload: bytes
+) -> ImportRun:
+    """An uploaded export stored as a run and started once stored (import_upload_start)."""
+    with transaction.atomic():
+        run = ImportRun.objects.create(
+            owner=owner, source=source, file_name=file_name[:255], learn=learn, upload=upload
+        )
+        import_upload_start(run)
+    return run
+
+
 def import_upload_start(run: ImportRun) -> None:
     """Start an upload's import once the current transaction commits: on the memory queue with
     a broker; embedded, on a thread of its own (the deferred tasks run on the thread that

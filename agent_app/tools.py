@@ -32,7 +32,7 @@ from memory_app.models import Fact
 from profile_app import services as profile_services
 from profile_app.sections import SECTIONS
 from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import session_questions
+from sessions_app.selectors import question_latest, session_questions
 
 MEMORY_WRITE = ToolSpec(
     name="memory_write",
@@ -213,7 +213,7 @@ def _memory_search(owner, session, message, arguments) -> str:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 20:
         raise ToolArgumentError("limit must be a whole number from 1 to 20")
     # The current round is in the model's context already: search the rest of memory.
-    current = session_questions(session=session).values_list("seq", flat=True).first()
+    current = question_latest(session=session, field="seq")
     hits = memory_search(
         owner=owner,
         query=_text(arguments, "query"),

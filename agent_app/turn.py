@@ -45,7 +45,7 @@ from memory_app.tasks import consolidation_run_task
 from memory_app.working import consolidation_due, context_assemble, context_parts
 from sessions_app import services as session_services
 from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import round_tool_messages, session_questions
+from sessions_app.selectors import question_earlier, round_tool_messages
 
 log = logging.getLogger(__name__)
 
@@ -619,8 +619,7 @@ def _previous_question(session: ChatSession, rounds: list[ethan_llm.Message]) ->
         return questions[-2]
     if not session.is_persisted or session.round_count < 2:
         return ""
-    earlier = session_questions(session=session).values_list("content", flat=True)[1:2]
-    return next(iter(earlier), "")
+    return question_earlier(session=session)
 
 
 @dataclass

@@ -229,7 +229,7 @@ def count_queries(*, owner, turns: int = 10, warmup: int = 3) -> dict[str, list[
 
     from agent_app.turn import turn_run
     from bench.urls import minimal_turn
-    from ethan_site.queue import run_deferred
+    from ethan_shared.queue import run_deferred
     from sessions_app.models import ChatSession
 
     def count(captured) -> tuple[int, int]:

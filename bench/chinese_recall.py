@@ -19,7 +19,7 @@ How the evaluation is built, by rule (nothing chosen by hand, nothing chosen on 
 - a question is a persona sentence, without its id and segmentation ("我喜欢运动"), for every
   persona sentence of a session that annotates at least one of that session's turns; its
   evidence is those annotated turns. Kinds: the user's persona (U ids) and the bot's (B ids);
-- "no shared word": the questions none of whose search words (llm.text.tokenize, search mode)
+- "no shared word": the questions none of whose search words (ethan_llm.text.tokenize, search mode)
   is in any of its evidence turns' own words ("我喜欢运动" against "下午一起去打球吗");
 - the fixed split (HALVES, decided before any number was seen): the questions of the file's
   first half of sessions are half A (tuning), the rest half B (report); for the 20-session
@@ -138,7 +138,7 @@ class Question:
 def questions(sessions: list[dict[str, Any]]) -> list[Question]:
     """Every persona sentence that annotates at least one turn of its session, with those
     turns as its evidence, in file order."""
-    from llm.text import tokenize
+    from ethan_llm.text import tokenize
 
     found: list[Question] = []
     for index, session in enumerate(sessions):

@@ -27,10 +27,10 @@ from collections.abc import Awaitable, Callable
 from bench.common import machine, raise_open_files
 from bench.concurrent_streams import ModelProcess
 from bench.slow_model import WARM_UP, reply_text
-from llm import config, loop_clients
-from llm.openai_adapter import OpenAIProvider, _async_client, _client_args, _request_kwargs
-from llm.provider import Request
-from llm.types import Message, StreamEnd
+from ethan_llm import config, loop_clients
+from ethan_llm.openai_adapter import OpenAIProvider, _async_client, _client_args, _request_kwargs
+from ethan_llm.provider import Request
+from ethan_llm.types import Message, StreamEnd
 
 MODEL = "gpt-4o"
 # After the text, the model sends the finish reason and the usage, each a chunk of its own.

@@ -2,12 +2,12 @@
 the whole history verbatim.
 
 A 300-round conversation runs through turn_run with the offline model in embedded mode; after
-each turn the deferred consolidation runs (ethan_site.queue.run_deferred()), so warm summaries
+each turn the deferred consolidation runs (ethan_shared.queue.run_deferred()), so warm summaries
 and cold facts form as they do in real use (MemoryConfig from settings: hot 10, batch 5, warm
 capacity 20 by default). The user's messages are generated from templates with a seeded random:
 Chinese and English, short and long, small talk, plans, preferences and memory instructions.
-Tokens are the project's estimate (llm.estimate_tokens) of the system prompt and the messages
-that llm.stream really receives on the round's first model call; the baseline is the same
+Tokens are the project's estimate (ethan_llm.estimate_tokens) of the system prompt and the messages
+that ethan_llm.stream really receives on the round's first model call; the baseline is the same
 system prompt and every message of the session so far, verbatim.
 
 The offline model answers in a sentence or two, far shorter than a real model, which makes
@@ -157,7 +157,7 @@ class ModelLengthReplies:
     model = "gpt-4o"
 
     def __init__(self, seed: int):
-        from llm import config
+        from ethan_llm import config
         from tests.fakes.base import Reply
         from tests.fakes.openai_fake import FakeOpenAI
 
@@ -178,7 +178,7 @@ class ModelLengthReplies:
         )
 
     def close(self) -> None:
-        from llm import config
+        from ethan_llm import config
 
         config._settings = self.saved
         self.fake.close()
@@ -199,7 +199,7 @@ class RoundTokens:
 
 
 def _tokens(messages) -> int:
-    from llm.tokens import estimate_tokens
+    from ethan_llm.tokens import estimate_tokens
 
     return sum(estimate_tokens(message.content) for message in messages)
 
@@ -226,19 +226,19 @@ def run_rounds(
     """Chat `rounds` rounds in one new session and measure each round's first model call."""
     from django.contrib.auth import get_user_model
 
-    import llm
+    import ethan_llm
     from agent_app.turn import turn_run
-    from ethan_site.queue import run_deferred
-    from llm.tokens import estimate_tokens
+    from ethan_llm.tokens import estimate_tokens
+    from ethan_shared.queue import run_deferred
     from sessions_app.models import Message
 
     owner = get_user_model().objects.create_user(username=username)
     rng = random.Random(seed)
-    real_stream = llm.stream
+    real_stream = ethan_llm.stream
     calls: list[dict] = []
 
     def capturing_stream(**kwargs):
-        # agent_app.turn calls llm.stream through the module, so this sees the real arguments
+        # agent_app.turn calls ethan_llm.stream through the module, so this sees the real arguments
         # of every chat call (the consolidator's memory work does not stream).
         calls.append(kwargs)
         return real_stream(**kwargs)
@@ -247,7 +247,7 @@ def run_rounds(
     stored = 0  # tokens of the messages stored before this round's user message
     stored_through = 0  # their last seq
     session = None
-    llm.stream = capturing_stream
+    ethan_llm.stream = capturing_stream
     try:
         for number in range(1, rounds + 1):
             text = user_message(rng)
@@ -274,7 +274,7 @@ def run_rounds(
             stored += sum(map(estimate_tokens, new.values_list("content", flat=True)))
             stored_through = session.last_seq
     finally:
-        llm.stream = real_stream
+        ethan_llm.stream = real_stream
     return measured
 
 
@@ -375,8 +375,8 @@ def main(argv: list[str] | None = None) -> int:
             f"MemoryConfig hot {config.hot_size}, batch {config.compress_batch}, warm capacity "
             f"{config.warm_capacity}. User messages from seeded templates (seed {args.seed}): "
             f"half Chinese, half English; acknowledgements, ordinary turns, long multi-step "
-            f"ones and a few memory instructions. Tokens: llm.estimate_tokens of the system "
-            f"prompt plus the messages the round's first llm.stream call received; full "
+            f"ones and a few memory instructions. Tokens: ethan_llm.estimate_tokens of the system "
+            f"prompt plus the messages the round's first ethan_llm.stream call received; full "
             f"history: the same system prompt plus every stored message of the session so far "
             f"(tool steps included), verbatim. {took:.0f} s.",
             "",

@@ -37,7 +37,7 @@ def run(samples: list, *, dedup: bool) -> tuple[dict[str, int], list[tuple]]:
     """Consolidate every conversation; (active facts per half, the comparisons made: cosine,
     verdict, the new fact, the held one, the half)."""
     from bench.locomo_recall import ReplayedExtractor, consolidate, half_of, load_conversation
-    from llm import config
+    from ethan_llm import config
     from memory_app import normalize, selectors
     from memory_app.models import Fact
 

@@ -1,5 +1,5 @@
 """What recognising a chat app's housekeeping request costs a /v1 turn:
-channels.openai.housekeeping.housekeeping_of timed on the requests Open WebUI 0.12.4 really sent
+channels_app.openai.housekeeping.housekeeping_of timed on the requests Open WebUI 0.12.4 really sent
 (tests/fixtures/clients/open-webui-0.12.4: its title, tags, follow-up and autocomplete prompts and
 its chats), and on long requests: a chat of 100 messages of 2,000 characters, a title prompt
 pasting such a chat, one message of a megabyte. The goal (issue 40): under 1 ms p95.
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from bench.common import ROOT, machine, percentile
-from channels.openai.housekeeping import housekeeping_of
+from channels_app.openai.housekeeping import housekeeping_of
 
 RECORDED = ROOT / "tests" / "fixtures" / "clients" / "open-webui-0.12.4"
 LONG_MESSAGES = 100

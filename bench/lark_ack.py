@@ -159,8 +159,8 @@ class PartTimers:
         from django.db import transaction
         from django.db.models.query import QuerySet
 
-        from channels.lark import webhook
-        from ethan_site import queue
+        from channels_app.lark import webhook
+        from ethan_shared import queue
 
         self._wrap(webhook, "_verified_event", "verify")
         self._wrap(QuerySet, "create", "insert")
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, stack: BenchStack, fake, gunicorn_label: str, argv) -> int:
-    from agent_app.models import LarkEvent
+    from channels_app.models import LarkEvent
     from sessions_app.models import Message
 
     terminal = [LarkEvent.Status.DONE, LarkEvent.Status.FAILED, LarkEvent.Status.IGNORED]

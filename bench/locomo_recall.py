@@ -120,8 +120,8 @@ def half_of(index: int) -> str:
 
 def plain_tokens(text: str) -> list[str]:
     """A turn's words as the simplest BM25 sees them: lower-cased runs of letters and digits,
-    the stopwords (llm.text.STOPWORDS) and single characters dropped; no stemming."""
-    from llm.text import STOPWORDS
+    the stopwords (ethan_llm.text.STOPWORDS) and single characters dropped; no stemming."""
+    from ethan_llm.text import STOPWORDS
 
     return [w for w in _PLAIN_WORD.findall(text.lower()) if len(w) > 1 and w not in STOPWORDS]
 
@@ -181,7 +181,7 @@ def load_conversation(
     carries are then the same person's previous and next messages), for an owner of its own."""
     from django.contrib.auth import get_user_model
 
-    from llm.tokens import estimate_tokens
+    from ethan_llm.tokens import estimate_tokens
     from memory_app.models import Fact
     from memory_app.normalize import content_key
     from memory_app.services import fact_search_tokens
@@ -293,7 +293,7 @@ def reached_by_turn(loaded: Loaded, question: str, mode: str) -> tuple[set[str],
     from django.test.utils import override_settings
 
     from agent_app.prompts import build_system
-    from llm.tokens import estimate_tokens
+    from ethan_llm.tokens import estimate_tokens
     from memory_app.working import context_assemble, context_parts
     from sessions_app.services import session_start
 
@@ -398,7 +398,7 @@ class ReplayedExtractor:
 
     @staticmethod
     def turns(transcript: str) -> list[str]:
-        """The texts of llm.memory.render_transcript's numbered turns, in order."""
+        """The texts of ethan_llm.memory.render_transcript's numbered turns, in order."""
         texts: list[str] = []
         for line in transcript.split("\n"):
             numbered = re.match(r"^\[\d+\] (?:user|assistant): (.*)$", line)
@@ -592,7 +592,7 @@ def chart(table: dict[str, dict[str, float]], path: Path) -> None:
 
 
 def suffix_stem(word: str) -> str:
-    """The hand-written suffix stripper llm.text.stem was before Snowball, kept here only to
+    """The hand-written suffix stripper ethan_llm.text.stem was before Snowball, kept here only to
     measure against."""
     for suffix in ("ing", "ed", "es", "s"):
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
@@ -602,15 +602,15 @@ def suffix_stem(word: str) -> str:
 
 @contextmanager
 def stemming(name: str) -> Iterator[None]:
-    """Tokenize with the stemmer `name` ("snowball", the one llm.text has, or "suffix")."""
-    import llm.text
+    """Tokenize with the stemmer `name` ("snowball", the one ethan_llm.text has, or "suffix")."""
+    import ethan_llm.text
 
-    snowball = llm.text.stem
-    llm.text.stem = {"snowball": snowball, "suffix": suffix_stem}[name]
+    snowball = ethan_llm.text.stem
+    ethan_llm.text.stem = {"snowball": snowball, "suffix": suffix_stem}[name]
     try:
         yield
     finally:
-        llm.text.stem = snowball
+        ethan_llm.text.stem = snowball
 
 
 @contextmanager
@@ -696,7 +696,7 @@ class Tuner:
         *,
         single_speaker: bool = False,
     ):
-        from llm.text import time_named
+        from ethan_llm.text import time_named
 
         self.loaded: list[Loaded] = []
         self.questions: list[list[Question]] = []
@@ -722,7 +722,7 @@ class Tuner:
             [time_named(q.text, now=loaded.now) is not None for q in asked]
             for loaded, asked in zip(self.loaded, self.questions, strict=True)
         ]
-        self.indexed = "snowball"  # load_conversation tokenized with llm.text's stemmer
+        self.indexed = "snowball"  # load_conversation tokenized with ethan_llm.text's stemmer
         self.cache: dict[Setting, list[list[dict[str, float]]]] = {}
         self.progress = progress
 
@@ -1051,7 +1051,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.ETHAN_MEMORY_WARM_CAPACITY = args.warm_capacity
     extractor = None
     if args.end_to_end == "replay" and not args.observations:
-        from llm import config
+        from ethan_llm import config
 
         extractor = ReplayedExtractor()
         config.configure(env=extractor.env, compression_model="gpt-4o-mini")

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT
+from ethan_llm.config import PROVIDER_VARS
 from ethan_site.celery import worker_command
-from llm.config import PROVIDER_VARS
 
 # The scratch database and the broker database; never the suite's (test_*, ethan, Redis /15).
 POSTGRES_ADMIN = "postgres://postgres@127.0.0.1:5432"

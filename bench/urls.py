@@ -26,9 +26,9 @@ from rest_framework.views import APIView
 
 from agent_app.paths import SETTINGS, choose_path
 from agent_app.prompts import PERSONA_COMPANION, PERSONA_WORK, fact_line, stored_text
+from ethan_llm.tokens import estimate_tokens
+from ethan_llm.types import Message as LLMMessage
 from ethan_site.urls import urlpatterns as product_urlpatterns
-from llm.tokens import estimate_tokens
-from llm.types import Message as LLMMessage
 from memory_app.models import Procedure, Summary, WorkingState
 from memory_app.selectors import facts_for_injection
 from memory_app.working import ACKNOWLEDGE, SUMMARY_LABEL, memory_config, verbatim_from
@@ -72,7 +72,7 @@ class MinimalTurn:
     reply: str
     path: str
     system: str  # the system prompt as assembled (what a model would be sent)
-    context: list  # the context's messages (llm.Message), the current input last
+    context: list  # the context's messages (ethan_llm.Message), the current input last
 
 
 def _table(model) -> str:

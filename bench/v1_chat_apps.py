@@ -1,6 +1,6 @@
 """What a chat app's ways cost a /v1 turn, against the same requests without them, in one run:
 
-- recognising a housekeeping request (channels.openai.housekeeping.housekeeping_of), which
+- recognising a housekeeping request (channels_app.openai.housekeeping.housekeeping_of), which
   every /v1 request now goes through: the recorded Open WebUI chat, with the recogniser and
   with it replaced by one that answers "a chat" at once;
 - a chat app's own tools: the same chat with Open WebUI's 36 built-in tools (as it sends them)
@@ -71,7 +71,7 @@ def measure(requests: int) -> dict[str, list[float]]:
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
-    from channels.openai import apis
+    from channels_app.openai import apis
 
     owner, _ = get_user_model().objects.get_or_create(username="bench-v1")
     token = Token.objects.get_or_create(user=owner)[0].key

@@ -38,7 +38,7 @@ from agent_app.turn import (
     turn_start,
 )
 from ethan_shared.pooled import pooled_connection
-from sessions_app.models import ChatSession, Message
+from sessions_app.selectors import question_reply, session_locked
 from sessions_app.services import SessionBusy
 
 log = logging.getLogger(__name__)
@@ -338,13 +338,7 @@ def _interrupted_store(turn: TurnStream, shown: str) -> None:
     if not turn.session.is_persisted:  # a turn that stores nothing (TurnPlan.plain)
         return
     with pooled_connection(), transaction.atomic():
-        session = ChatSession.objects.select_for_update().get(pk=turn.session.pk)
+        session = session_locked(session_id=turn.session.pk)
         question_seq = turn.question.seq if turn.question is not None else 0
-        replied = Message.objects.filter(
-            session=session,
-            seq__gt=question_seq,
-            role=Message.Role.ASSISTANT,
-            tool_calls__isnull=True,
-        ).exists()
-        if not replied:
+        if question_reply(session_id=session.pk, seq=question_seq) is None:
             turn_interrupted(session=session, shown=shown)

@@ -47,6 +47,14 @@ def api_token_get_or_create(*, owner: AbstractBaseUser) -> str:
     return Token.objects.get_or_create(user=owner)[0].key
 
 
+def api_token_owner_id(*, key: str) -> int | None:
+    """Whose API token `key` is (their user id), None if nobody's: for a door that reads a
+    Bearer token itself (/mcp, beside OAuth's access tokens)."""
+    from rest_framework.authtoken.models import Token  # after the app registry, as above
+
+    return Token.objects.filter(key=key).values_list("user_id", flat=True).first()
+
+
 def openai_error(
     status: int, message: str, *, code: str | None = None, param: str | None = None
 ) -> dict:

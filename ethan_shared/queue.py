@@ -36,8 +36,9 @@ TASK_POLICY: dict[str, Any] = {
     # the whole policy reads in one place.)
     "acks_late": True,
     # Only a provider that is down or rate-limiting is retried (after ethan_llm's own quick
-    # retries): it comes back by itself. Anything else (a bug, a bad row) fails the same way every time,
-    # so it is logged once instead; the periodic sweeps pick up what that left undone.
+    # retries): it comes back by itself. Anything else (a bug, a bad row) fails the same way
+    # every time, so it is logged once instead; the periodic sweeps pick up what that left
+    # undone.
     "autoretry_for": (ModelUnavailable,),
     # Exponential backoff, 1 s doubling per attempt: a short outage is ridden out in seconds.
     "retry_backoff": True,

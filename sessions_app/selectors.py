@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -14,7 +15,7 @@ from django.utils import timezone
 from ethan_shared.limits import UnstorableText, storable_text
 from sessions_app import meaning, search
 from sessions_app.errors import SessionAmbiguous, SessionNotFound
-from sessions_app.models import ChatSession, Message
+from sessions_app.models import ChatSession, ImportRun, Message
 from sessions_app.search import (
     Ranked,
     bm25,
@@ -89,6 +90,11 @@ def session_messages(*, session: ChatSession) -> QuerySet[Message]:
     return Message.objects.filter(session=session).order_by("seq")
 
 
+def import_runs_for_owner(*, owner: AbstractBaseUser) -> QuerySet[ImportRun]:
+    """The owner's imports, their uploaded bytes left unread (a foreign id is not found)."""
+    return ImportRun.objects.filter(owner=owner).defer("upload")
+
+
 def session_questions(*, session: ChatSession) -> QuerySet[Message]:
     """The person's messages in a session, the latest first: `.first()` is the session's
     latest question (the one a turn answers, each opening a round), `[1:2]` the one before it,
@@ -96,6 +102,46 @@ def session_questions(*, session: ChatSession) -> QuerySet[Message]:
     only the column it needs (`values_list("seq")`, `"content"`, `"pk"`) in one statement,
     walking the (session, seq) unique index back from the newest message."""
     return Message.objects.filter(session=session, role=Message.Role.USER).order_by("-seq")
+
+
+def session_locked(*, session_id: str) -> ChatSession:
+    """The session's row, locked until the current transaction ends (select_for_update): what
+    a writer that must not race another reads first."""
+    return ChatSession.objects.select_for_update().get(pk=session_id)
+
+
+def message_with_session(*, message_id: int) -> Message:
+    """One stored message with its session (a door that recorded its id: a Lark event's
+    question)."""
+    return Message.objects.select_related("session").get(pk=message_id)
+
+
+def question_latest(*, session: ChatSession, field: str) -> Any:
+    """The session's latest question's `field` ("pk", "seq", "content"), None with none."""
+    return session_questions(session=session).values_list(field, flat=True).first()
+
+
+def question_earlier(*, session: ChatSession) -> str:
+    """What the person asked in the round before the latest ("" with none)."""
+    return next(iter(session_questions(session=session).values_list("content", flat=True)[1:2]), "")
+
+
+def question_reply(*, session_id: str, seq: int) -> Message | None:
+    """The reply stored for the question at `seq`: the last final assistant message (no tool
+    calls) of its round, before the next question; None while it has none. The one rule of
+    "was this question answered" (a Lark event taken back, a turn stopped by a shutdown)."""
+    rows = (
+        Message.objects.filter(session_id=session_id, seq__gt=seq)
+        .order_by("seq")
+        .only("id", "seq", "role", "content", "tool_calls")[:200]
+    )
+    reply = None
+    for row in rows:
+        if row.role == Message.Role.USER:
+            break
+        if row.role == Message.Role.ASSISTANT and not row.tool_calls:
+            reply = row
+    return reply
 
 
 def round_tool_messages(*, session: ChatSession) -> list[Message]:

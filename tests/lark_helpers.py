@@ -100,8 +100,8 @@ def worker_answers(workers, name: str, text: str, *, model_url: str, lark: FakeL
     """Store the event `ev-<name>` (a message saying `text`), start a worker of its own with
     gpt-4o on the OpenAI fake at `model_url` and Lark on the fake, and queue the event to it;
     returns the worker, the event and the worker's environment (for a sweep run here)."""
-    from agent_app.models import LarkEvent
     from channels_app.lark.tasks import lark_event_handle_task
+    from channels_app.models import LarkEvent
 
     env = {
         "OPENAI_API_KEY": "test-key",

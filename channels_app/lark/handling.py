@@ -36,7 +36,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agent_app.lifecycle import session_finish
-from agent_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from agent_app.turn import (
     Delta,
     Done,
@@ -50,10 +49,11 @@ from agent_app.turn import (
 from channels_app.lark.client import LarkClient, LarkError
 from channels_app.lark.messages import mentions_bot, message_text
 from channels_app.lark.streaming import CardLost, CardReply
+from channels_app.models import ChannelChat, ChannelIdentity, LarkEvent
 from channels_app.turns import Refusal, failure, refusal
 from ethan_shared.queue import WAKE_SECONDS
-from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import session_questions
+from sessions_app.models import ChatSession
+from sessions_app.selectors import message_with_session, question_latest, question_reply
 from sessions_app.services import SessionBusy, session_turn_release
 
 log = logging.getLogger(__name__)
@@ -305,12 +305,11 @@ def _answer(
     CardLost when it is taken back before a card update."""
     again = False
     if event.question_id is not None:
-        question = Message.objects.select_related("session").get(pk=event.question_id)
-        stored = _reply_to(question)
+        question = message_with_session(message_id=event.question_id)
+        stored = question_reply(session_id=question.session_id, seq=question.seq)
         if stored is not None:
-            return stored
-        latest = session_questions(session=question.session).values_list("pk", flat=True).first()
-        if latest != question.pk:
+            return stored.content or "…"
+        if question_latest(session=question.session, field="pk") != question.pk:
             return None
         session, again, text = question.session, True, question.content
         if event.session_claim and session.turn_claim == event.session_claim:
@@ -359,16 +358,3 @@ def _answer(
         turn.close()  # stop the model; the session's claim is given back
         raise
     raise RuntimeError("a turn ended without done or error")
-
-
-def _reply_to(question: Message) -> str | None:
-    """The reply stored for a question: the last final assistant message of its round."""
-    after = Message.objects.filter(session=question.session_id, seq__gt=question.seq)
-    reply = None
-    rows = after.order_by("seq").values_list("role", "content", "tool_calls")[:200]
-    for role, content, calls in rows:
-        if role == Message.Role.USER:
-            break
-        if role == Message.Role.ASSISTANT and content and not calls:
-            reply = content
-    return reply

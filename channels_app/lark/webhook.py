@@ -33,9 +33,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from agent_app.models import LarkEvent
 from channels_app.lark.crypto import LarkCryptoError, decrypt, signature_valid
 from channels_app.lark.tasks import DISPATCH_WAKE, lark_events_dispatch_task
+from channels_app.models import LarkEvent
 from ethan_shared.queue import enqueue_coalesced
 
 log = logging.getLogger(__name__)

@@ -66,6 +66,7 @@ from channels_app.mcp_server.http import (
     PersonalSessions,
 )
 from episodes_app import selectors as episode_selectors
+from ethan_shared.api import api_token_owner_id
 from ethan_shared.limits import (
     FACT_MAX_CHARS,
     PROFILE_ENTRY_MAX_CHARS,
@@ -118,10 +119,8 @@ def access_for_token(token: str, origin: str | None) -> AccessToken | None:
     """What a Bearer token lets its bearer do at /mcp of `origin`, or None. The access token's
     client_id is the person's id (sessions are counted and owned per person); an OAuth client's
     name travels in its claims."""
-    from rest_framework.authtoken.models import Token
-
     with _database():
-        owner_id = Token.objects.filter(key=token).values_list("user_id", flat=True).first()
+        owner_id = api_token_owner_id(key=token)
         if owner_id is not None:  # an Ethan API token: everything, as the REST API allows
             return AccessToken(token=token, client_id=str(owner_id), scopes=list(scopes.ALL))
         access = oauth_selectors.oauth_access(token=token)

@@ -12,13 +12,13 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from agent_app.history_import import import_runs_recover, import_upload_start
+from agent_app.history_import import import_runs_recover, import_upload
 from sessions_app.models import ImportRun
+from sessions_app.selectors import import_runs_for_owner
 
 # Runs shown on the page, newest first.
 RUNS_SHOWN = 5
@@ -69,7 +69,7 @@ def run_progress(run: ImportRun) -> dict:
 
 def _runs(request: HttpRequest) -> list[dict]:
     import_runs_recover(owner=request.user)
-    runs = ImportRun.objects.filter(owner=request.user).defer("upload")
+    runs = import_runs_for_owner(owner=request.user)
     return [run_progress(run) for run in runs.order_by("-created_at", "-pk")[:RUNS_SHOWN]]
 
 
@@ -89,15 +89,13 @@ def import_page(request: HttpRequest) -> HttpResponse:
             form = ImportForm(request.POST, request.FILES)
             if form.is_valid():
                 upload = form.cleaned_data["export"]
-                with transaction.atomic():
-                    run = ImportRun.objects.create(
-                        owner=request.user,
-                        source=form.cleaned_data["source"],
-                        file_name=upload.name[:255],
-                        learn=form.cleaned_data["learn"],
-                        upload=b"".join(upload.chunks()),
-                    )
-                    import_upload_start(run)
+                import_upload(
+                    owner=request.user,
+                    source=form.cleaned_data["source"],
+                    file_name=upload.name,
+                    learn=form.cleaned_data["learn"],
+                    upload=b"".join(upload.chunks()),
+                )
                 return redirect("memory:import")
             status = 400
     context = {
@@ -114,5 +112,5 @@ def import_page(request: HttpRequest) -> HttpResponse:
 @login_required
 def import_status(request: HttpRequest, run_id: int) -> JsonResponse:
     import_runs_recover(owner=request.user)
-    run = get_object_or_404(ImportRun.objects.defer("upload"), pk=run_id, owner=request.user)
+    run = get_object_or_404(import_runs_for_owner(owner=request.user), pk=run_id)
     return JsonResponse(run_progress(run))

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from channels_app.memory_page import selectors
 from episodes_app.selectors import episodes_for_owner, episodes_search
+from memory_app import selectors as memory_selectors
 from memory_app import services as memory_services
 from memory_app.models import Fact, FactEvent, Procedure
 from memory_app.selectors import facts_for_owner
@@ -123,7 +124,7 @@ def _when(moment: datetime | None) -> str:
 
 
 def _decorate(facts: list[Fact]) -> list[Fact]:
-    """What the templates show of each fact (read by selectors.facts_shown), made here in one
+    """What the templates show of each fact (read by memory_selectors.facts_shown), made here in one
     pass with no query: labels, the bar's width, times and links, each link from one reverse()
     for the page (a reverse per row and link was a third of a 50-row page's render time;
     bench/memory_page.py)."""
@@ -149,7 +150,7 @@ def _decorate(facts: list[Fact]) -> list[Fact]:
             (
                 f"{session_id} #{seq}",
                 message_url(session_id, seq, sessions_root),
-                _short(text, selectors.SAID_EXCERPT_CHARS),
+                _short(text, memory_selectors.SAID_EXCERPT_CHARS),
             )
             for session_id, seq, text in said
         ]
@@ -164,11 +165,11 @@ def _page(request: HttpRequest, items, size: int = PAGE_SIZE):
 
 def _facts_page(request: HttpRequest, facts):
     """A page of facts: the paginator counts `facts`, the page's rows are read apart (two
-    queries for any number of rows: selectors.facts_shown)."""
+    queries for any number of rows: memory_selectors.facts_shown)."""
     page = _page(request, facts, FACTS_PAGE_SIZE)
     rows = []
     if page.paginator.count:
-        rows = selectors.facts_shown(facts, page.start_index() - 1, page.end_index())
+        rows = memory_selectors.facts_shown(facts, page.start_index() - 1, page.end_index())
     page.object_list = _decorate(rows)
     return page
 
@@ -191,17 +192,18 @@ class FactFilterForm(forms.Form):
         required=False, choices=[("", "全部来源 / All sources"), *SOURCE_LABELS.items()]
     )
     status = forms.ChoiceField(
-        required=False, choices=[(key, STATUS_LABELS[key]) for key in selectors.FACT_STATUSES]
+        required=False,
+        choices=[(key, STATUS_LABELS[key]) for key in memory_selectors.FACT_STATUSES],
     )
     sort = forms.ChoiceField(required=False, choices=list(SORT_LABELS.items()))
     client = forms.CharField(required=False, max_length=90, widget=forms.HiddenInput)
 
-    def filters(self) -> selectors.FactFilters:
+    def filters(self) -> memory_selectors.FactFilters:
         """What was asked; a value that is not one of the choices is taken as not given."""
         self.is_valid()
         data = self.cleaned_data
-        default = selectors.FactFilters()
-        return selectors.FactFilters(
+        default = memory_selectors.FactFilters()
+        return memory_selectors.FactFilters(
             query=(data.get("q") or "").strip(),
             category=data.get("category") or "",
             source=data.get("source") or "",
@@ -216,7 +218,7 @@ class FactFilterForm(forms.Form):
 def facts(request: HttpRequest) -> HttpResponse:
     form = FactFilterForm(request.GET)
     filters = form.filters()
-    page = _facts_page(request, selectors.facts_listed(owner=request.user, filters=filters))
+    page = _facts_page(request, memory_selectors.facts_listed(owner=request.user, filters=filters))
     return _render(
         request,
         "facts.html",
@@ -237,7 +239,7 @@ def _fact_page(
     error: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    fact = _decorate([selectors.fact_shown(fact=fact)])[0]
+    fact = _decorate([memory_selectors.fact_shown(fact=fact)])[0]
     events = list(fact.events.order_by("created_at", "id"))
     for event in events:
         event.label = EVENT_LABELS.get(event.event, event.event)
@@ -262,7 +264,9 @@ def _fact_page(
             "undoable": last is not None and last.event != FactEvent.Kind.ADD,
             "last_event": last,
             "quotes": quotes,
-            "versions": _decorate(selectors.facts_shown(selectors.fact_versions(fact=fact))),
+            "versions": _decorate(
+                memory_selectors.facts_shown(memory_selectors.fact_versions(fact=fact))
+            ),
             "successor": fact.superseded_by,
             "editing": fact.content if editing is None else editing,
             "error": error,
@@ -340,8 +344,8 @@ def fact_undo(request: HttpRequest, fact_id: int) -> HttpResponse:
 @require_GET
 @login_required
 def new(request: HttpRequest) -> HttpResponse:
-    mark = selectors.review_mark(owner=request.user)
-    page = _facts_page(request, selectors.facts_new(owner=request.user, mark=mark))
+    mark = memory_selectors.review_mark(owner=request.user)
+    page = _facts_page(request, memory_selectors.facts_new(owner=request.user, mark=mark))
     return _render(
         request,
         "new.html",
@@ -377,7 +381,9 @@ def new_keep_all(request: HttpRequest) -> HttpResponse:
 
 
 def _procedure_or_404(request: HttpRequest, procedure_id: int) -> Procedure:
-    return get_object_or_404(Procedure.objects.filter(owner=request.user), pk=procedure_id)
+    return get_object_or_404(
+        memory_selectors.procedures_for_owner(owner=request.user), pk=procedure_id
+    )
 
 
 def _procedures_page(
@@ -388,7 +394,7 @@ def _procedures_page(
     error: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    owned = Procedure.objects.filter(owner=request.user)
+    owned = memory_selectors.procedures_for_owner(owner=request.user)
     page = _page(request, owned.order_by("created_at", "id"))
     procedures = list(page.object_list)
     for procedure in procedures:
@@ -548,8 +554,8 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         message.role_label = ROLE_LABELS.get(message.role, message.role)
     page.object_list = shown
     learnt = _decorate(
-        selectors.facts_shown(
-            selectors.facts_learnt_in(owner=request.user, session=session), 0, SEARCH_SHOWN
+        memory_selectors.facts_shown(
+            memory_selectors.facts_learnt_in(owner=request.user, session=session), 0, SEARCH_SHOWN
         )
     )
     return _render(

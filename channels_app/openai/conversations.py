@@ -38,13 +38,13 @@ from django.db import DatabaseError, connections
 from django.db.models import Q
 from django.utils import timezone
 
-from agent_app.models import ClientConversation
 from agent_app.turn import ClientStep
+from channels_app.models import ClientConversation
 from ethan_llm.provider import parse_arguments
 from ethan_llm.types import Attachment, ToolCall
 from ethan_llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import session_questions
+from sessions_app.selectors import question_latest
 
 log = logging.getLogger(__name__)
 
@@ -389,8 +389,7 @@ def _asked(chat: ClientChat) -> str:
 
 
 def _latest_question(session: ChatSession) -> str:
-    latest = session_questions(session=session).values_list("content", flat=True).first()
-    return (latest or "").strip()
+    return (question_latest(session=session, field="content") or "").strip()
 
 
 def _asking_again(session: ChatSession, chat: ClientChat) -> bool:

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agent_app.models import HousekeepingTally
+from channels_app.models import HousekeepingTally
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from agent_app.models import LarkEvent
 from bench import lark_ack
 from bench.server import process_group_cpu
+from channels_app.models import LarkEvent
 
 
 def test_process_group_cpu_reads_a_group_with_or_without_its_leader():

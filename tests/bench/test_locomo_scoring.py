@@ -204,7 +204,7 @@ def test_undoing_a_feature_restores_the_start_or_turns_it_off():
 
 
 def test_suffix_stemming_is_swapped_in_and_back():
-    from llm.text import tokenize
+    from ethan_llm.text import tokenize
 
     assert tokenize("liked painting") == ["like", "paint"]  # Snowball
     with locomo.stemming("suffix"):

@@ -16,7 +16,7 @@ import pytest
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agent_app.models import HousekeepingTally
+from channels_app.models import HousekeepingTally
 from channels_app.openai.housekeeping import Housekeeping, housekeeping_of
 from channels_app.openai.housekeeping_tally import housekeeping_count
 from ethan_llm.offline.housekeeping import offline_task_answer
@@ -707,7 +707,7 @@ def test_housekeeping_tally_admin_lists_rows_read_only(admin_client):
     HousekeepingTally.objects.create(
         app="open-webui", kind="follow_ups", day=date(2026, 12, 6), count=7
     )
-    page = admin_client.get("/admin/agent_app/housekeepingtally/")
+    page = admin_client.get("/admin/channels/housekeepingtally/")
     assert page.status_code == 200
     assert b"follow_ups" in page.content and b"open-webui" in page.content
-    assert admin_client.get("/admin/agent_app/housekeepingtally/add/").status_code == 403
+    assert admin_client.get("/admin/channels/housekeepingtally/add/").status_code == 403

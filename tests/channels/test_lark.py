@@ -8,8 +8,8 @@ import time
 import pytest
 from django.utils import timezone
 
-from agent_app.models import ChannelIdentity, LarkEvent
 from channels_app.lark.handling import ONLY_TEXT
+from channels_app.models import ChannelIdentity, LarkEvent
 from memory_app.models import Fact
 from sessions_app.models import ChatSession
 from tests.lark_helpers import TOKEN, deliver, message_event

@@ -12,8 +12,8 @@ import pytest
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-from agent_app.models import LarkEvent
 from channels_app.lark.crypto import _key, encrypt
+from channels_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.lark_helpers import KEY, TOKEN, deliver, message_event, signed_delivery
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent_app.models import LarkEvent
 from channels_app.lark import streaming
 from channels_app.lark.handling import lark_event_handle, lark_events_reclaim
 from channels_app.lark.streaming import CURSOR
+from channels_app.models import LarkEvent
 from sessions_app.models import ChatSession, Message
 from tests.fakes.lark_fake import FakeLark
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel

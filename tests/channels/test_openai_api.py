@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from rest_framework.authtoken.models import Token
 
-from agent_app.models import ClientConversation
+from channels_app.models import ClientConversation
 from memory_app.models import Fact
 from memory_app.services import fact_write
 from sessions_app.models import ChatSession, Message

@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-from agent_app.models import HousekeepingTally
+from channels_app.models import HousekeepingTally
 from channels_app.openai.housekeeping_tally import housekeeping_count
 from tests.services.conftest import all_at_once
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from django.test import Client
 
-from agent_app.models import LarkEvent
+from channels_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.lark_helpers import deliver, message_event
 from tests.services.conftest import all_at_once, wait_for
@@ -35,7 +35,7 @@ def test_a_second_message_in_a_new_chat_waits_for_the_first_reply(
     import time
 
     import ethan_llm
-    from agent_app.models import ChannelChat
+    from channels_app.models import ChannelChat
 
     settings.ETHAN_EMBEDDED = True  # the handling runs in each request's thread, after it
     real = ethan_llm.stream

@@ -10,7 +10,7 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from agent_app.models import LarkEvent
+from channels_app.models import LarkEvent
 from ethan_shared import queue
 from tests.fakes.lark_fake import FakeLark
 from tests.lark_helpers import KEY, TOKEN, deliver, message_event

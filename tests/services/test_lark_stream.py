@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from agent_app.models import LarkEvent
 from channels_app.lark.handling import lark_events_reclaim
 from channels_app.lark.streaming import CURSOR
+from channels_app.models import LarkEvent
 from sessions_app.models import Message
 from tests.fakes.base import Reply
 from tests.fakes.lark_fake import FakeLark

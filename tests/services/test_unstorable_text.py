@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from agent_app.models import ClientConversation
+from channels_app.models import ClientConversation
 from memory_app.models import Fact
 from sessions_app.models import ChatSession, Message
 from tests.channels import conftest as doors

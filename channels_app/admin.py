@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from agent_app.models import ChannelChat, ChannelIdentity, HousekeepingTally, LarkEvent
+from channels_app.models import ChannelChat, ChannelIdentity, HousekeepingTally, LarkEvent
 
 
 @admin.register(ChannelIdentity)
