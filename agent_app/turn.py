@@ -4,9 +4,8 @@
     events = turn_start(plan)      # claims the session, stores the user message
     for event in events: …         # Started, Delta…, ToolCalled/ToolResult…, Done | Failed
 
-The console prints the deltas, POST /api/chat sends them as Server-Sent Events (or drains them
-into one JSON answer), the Lark task drains them into the finished reply: no channel repeats a
-step. `turn_run` is the drained form.
+The doors (channels_app.turns) consume the events: one rule for what a turn showed
+(channels_app.turns.Shown) and one drain into a whole answer (Drain, turn_run).
 
 What is stored, and when:
 - the user message before the model is called (a failing model loses nothing);
@@ -23,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -312,37 +311,6 @@ class Failed:
 
 
 TurnEvent = Started | Delta | ToolCalled | ToolResult | Done | Failed
-
-
-def event_payload(event: TurnEvent) -> dict[str, Any]:
-    """An event as the JSON a channel sends (Server-Sent Events' data lines)."""
-    payload = asdict(event)
-    if isinstance(event, ToolCalled | ToolResult):
-        payload["name"] = payload.pop("tool")
-    if isinstance(event, Done):
-        payload["usage"] = {
-            "input_tokens": payload.pop("input_tokens"),
-            "output_tokens": payload.pop("output_tokens"),
-        }
-        del payload["offline"]
-        del payload["client_tool_calls"]  # only /v1 has them, in its own wire format
-    if isinstance(event, Failed) and event.kind == "database":
-        # A database's own words may name hosts or tables: a web client gets these instead.
-        payload["detail"] = (
-            "a database error interrupted the reply; your message is stored and the step it "
-            "interrupted was not kept: retry on this session"
-        )
-    return payload
-
-
-class TurnFailed(Exception):
-    """A turn that did not finish, for the channels that want one answer (turn_run): the
-    Failed event, and the session its user message is stored in."""
-
-    def __init__(self, failed: Failed, session: ChatSession):
-        super().__init__(failed.detail)
-        self.failed = failed
-        self.session = session
 
 
 # --- the turn --------------------------------------------------------------------------------
@@ -943,57 +911,6 @@ def turn_interrupted(*, session: ChatSession, shown: str) -> None:
         session_services.message_append(
             session=session, role=Message.Role.ASSISTANT, content=shown, interrupted=True
         )
-
-
-# --- the drained form ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    session: ChatSession
-    reply: str
-    path: str
-    model: str
-    input_tokens: int
-    output_tokens: int
-    model_calls: int
-    tool_calls: int
-    offline: bool
-
-
-def turn_run(
-    *,
-    owner: AbstractBaseUser,
-    session: ChatSession | None,
-    text: str,
-    mode: str | None = None,
-    path: str | None = None,
-    model: str | None = None,
-    channel: str = ChatSession.Channel.API,
-) -> TurnResult:
-    """One whole turn, for the channels that answer once (the JSON API, Lark, scripts).
-    Raises TurnInputError or SessionBusy (nothing written), TurnFailed (the message is stored
-    in `.session`), or a DatabaseError before the message could be stored."""
-    plan = turn_plan(
-        owner=owner, session=session, text=text, mode=mode, path=path, model=model, channel=channel
-    )
-    stream = turn_start(plan)
-    for event in stream:
-        if isinstance(event, Failed):
-            raise TurnFailed(event, stream.session)
-        if isinstance(event, Done):
-            return TurnResult(
-                session=stream.session,
-                reply=event.reply,
-                path=event.path,
-                model=event.model,
-                input_tokens=event.input_tokens,
-                output_tokens=event.output_tokens,
-                model_calls=event.model_calls,
-                tool_calls=event.tool_calls,
-                offline=event.offline,
-            )
-    raise RuntimeError("a turn ended without done or error")  # a bug, never a person's input
 
 
 def _memory_work_queue(session: ChatSession, consolidation_due: bool) -> None:

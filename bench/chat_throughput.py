@@ -227,8 +227,8 @@ def count_queries(*, owner, turns: int = 10, warmup: int = 3) -> dict[str, list[
     from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
-    from agent_app.turn import turn_run
     from bench.urls import minimal_turn
+    from channels_app.turns import turn_run
     from ethan_shared.queue import run_deferred
     from sessions_app.models import ChatSession
 
@@ -266,7 +266,7 @@ def queries_text(counts: list[tuple[int, int]]) -> str:
 
 def profile_turns(owner, turns: int) -> str:
     """cProfile over `turns` in-process turns on one session: where a turn's time goes."""
-    from agent_app.turn import turn_run
+    from channels_app.turns import turn_run
     from sessions_app.models import ChatSession
 
     session = None

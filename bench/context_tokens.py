@@ -227,7 +227,7 @@ def run_rounds(
     from django.contrib.auth import get_user_model
 
     import ethan_llm
-    from agent_app.turn import turn_run
+    from channels_app.turns import turn_run
     from ethan_llm.tokens import estimate_tokens
     from ethan_shared.queue import run_deferred
     from sessions_app.models import Message

@@ -364,7 +364,7 @@ class TurnTimer:
         from django.db import connection, reset_queries
         from django.test.utils import CaptureQueriesContext
 
-        from agent_app.turn import turn_run
+        from channels_app.turns import turn_run
         from ethan_shared.queue import run_deferred
         from memory_app.models import WorkingState
 

@@ -29,15 +29,12 @@ import embedder
 import ethan_llm
 from agent_app.lifecycle import session_finish, sessions_finish_pending
 from agent_app.turn import (
-    Delta,
-    Done,
     Failed,
     model_choose,
     turn_interrupted,
     turn_plan,
-    turn_start,
 )
-from channels_app.turns import TURN_REFUSALS, failure, refusal
+from channels_app.turns import TURN_REFUSALS, Drain, failure, refusal, turn_open
 from ethan_shared.private import private_file
 from ethan_shared.queue import run_deferred
 from sessions_app import display, selectors, services
@@ -306,7 +303,7 @@ class Console:
                 model=self.explicit_model,
                 channel=ChatSession.Channel.CONSOLE,
             )
-            turn = turn_start(plan)
+            turn = turn_open(plan)
         except KeyboardInterrupt:
             self.say("(cancelled; nothing was saved)")
             return
@@ -318,30 +315,29 @@ class Console:
                 self.say(f"({first_line(str(exc)) or type(exc).__name__})")
             return
         self.session = turn.session
-        shown = ""
+        drain = Drain(show=self.io.reply_delta)
         try:
             with self.io.keys_unechoed():
                 for event in turn:
-                    if isinstance(event, Delta):
-                        shown += event.text
-                        self.io.reply_delta(event.text)
-                    elif isinstance(event, Failed):
-                        self.io.reply_end(shown)
-                        self.say(f"Error: {failure(event).detail}")
-                        if event.kind == "database":  # the person's own database: its words
-                            self.say(f"({first_line(event.detail)})")
-                        self.say(f"(your message is saved in {event.session_id})")
-                        return
-                    elif isinstance(event, Done):
-                        self.io.reply_end(shown)
-                        if event.reply and not shown:  # a reply that came in one piece
-                            self.io.reply(event.reply)
+                    answer = drain.take(event)
+                    if answer is None:
+                        continue
+                    self.io.reply_end(answer.shown.text)
+                    if isinstance(answer.end, Failed):
+                        failed = answer.end
+                        self.say(f"Error: {failure(failed).detail}")
+                        if failed.kind == "database":  # the person's own database: its words
+                            self.say(f"({first_line(failed.detail)})")
+                        self.say(f"(your message is saved in {failed.session_id})")
+                    return
+                drain.ended()
         except KeyboardInterrupt:
-            # Ctrl-C while the model writes: that reply stops, what was shown is kept.
+            # Ctrl-C while the model writes: that reply stops, what was shown is kept (the
+            # words after the last tool step are the reply).
             turn.close()
-            self.io.reply_end(shown)
-            turn_interrupted(session=turn.session, shown=shown)
-            if shown:
+            self.io.reply_end(drain.shown.text)
+            turn_interrupted(session=turn.session, shown=drain.shown.reply)
+            if drain.shown.reply:
                 self.say(f"(stopped; the reply so far is saved in {turn.session.id})")
             else:
                 self.say(f"(cancelled; your message is saved in {turn.session.id})")

@@ -13,8 +13,17 @@ from rest_framework.views import APIView
 
 from agent_app.modes import MODE_ALIASES
 from agent_app.paths import PATHS
-from agent_app.turn import Done, Failed, TurnEvent, event_payload, turn_plan
-from channels_app.turns import TURN_REFUSALS, Refusal, failure, refusal, turn_open
+from agent_app.turn import Delta, Failed, TurnEvent, turn_plan
+from channels_app.turns import (
+    TURN_REFUSALS,
+    Refusal,
+    Shown,
+    drained_async,
+    event_payload,
+    failure,
+    refusal,
+    turn_open,
+)
 from channels_app.web import TurnAnswer
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
@@ -61,32 +70,33 @@ model_calls, tool_calls} or `error` {kind, detail, retryable, session_id}. A ref
 
 
 async def _event_lines(events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
-    """The turn as Server-Sent Events, one per event."""
+    """The turn as Server-Sent Events, one per event; a delta's text as the turn shows it
+    (channels_app.turns.Shown: STEP_BREAK before the words after a tool step)."""
+    shown = Shown()
     async for event in events:
+        words = shown.add(event)
+        if isinstance(event, Delta):
+            event = Delta(text=words)
         payload = json.dumps(event_payload(event), ensure_ascii=False)
         yield f"event: {event.name}\ndata: {payload}\n\n".encode()
 
 
 async def _json_answer(events: AsyncIterator[TurnEvent]) -> HttpResponse:
-    async for event in events:
-        if isinstance(event, Failed):
-            said = failure(event)
-            return JsonResponse(refusal_body(said), status=said.status)
-        if isinstance(event, Done):
-            return JsonResponse(
-                {
-                    "session_id": event.session_id,
-                    "reply": event.reply,
-                    "path": event.path,
-                    "model": event.model,
-                    "usage": {
-                        "input_tokens": event.input_tokens,
-                        "output_tokens": event.output_tokens,
-                    },
-                },
-                json_dumps_params={"ensure_ascii": False},
-            )
-    raise RuntimeError("a turn ended without done or error")
+    answer = await drained_async(events)
+    if isinstance(answer.end, Failed):
+        said = failure(answer.end)
+        return JsonResponse(refusal_body(said), status=said.status)
+    done = answer.end
+    return JsonResponse(
+        {
+            "session_id": done.session_id,
+            "reply": answer.shown.text,
+            "path": done.path,
+            "model": done.model,
+            "usage": {"input_tokens": done.input_tokens, "output_tokens": done.output_tokens},
+        },
+        json_dumps_params={"ensure_ascii": False},
+    )
 
 
 class ChatApi(APIView):

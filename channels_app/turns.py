@@ -1,8 +1,10 @@
-"""How every door runs a turn: admitted under the caps, consumed one way, refused in one wording.
+"""How every door runs a turn: admitted under the caps, consumed one way, shown by one rule,
+refused in one wording.
 
     turn = turn_open(plan)              # the caps, then turn_start: raises a refusal
     async for event in consumed(turn):  # on an event loop: the turn runs in a task of its own
-    for event in turn: …                # in a thread (the console, a Celery task, WSGI)
+    for event in turn: …                # in a thread (the console, a Celery task)
+    Shown / Drain                       # what a turn showed; a turn drained to one answer
     refusal(exc) / failure(event)       # what a door says, whatever its wire format
 
 A turn on the event loop runs in a task of its own, its events handed over to the reader. A
@@ -20,7 +22,8 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any, NoReturn
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -28,13 +31,17 @@ from django.db import DatabaseError, transaction
 
 from agent_app.turn import (
     Delta,
+    Done,
     Failed,
+    Started,
     ToolCalled,
+    ToolResult,
     TurnEvent,
     TurnInputError,
     TurnPlan,
     TurnStream,
     turn_interrupted,
+    turn_plan,
     turn_start,
 )
 from ethan_shared.pooled import pooled_connection
@@ -254,6 +261,168 @@ def turn_open(plan: TurnPlan) -> TurnStream:
     return turn
 
 
+# --- what a turn showed, and the one drain -------------------------------------------------------
+
+# Between the words a model wrote before a tool step and those of the step after it.
+STEP_BREAK = "\n\n"
+
+
+class Shown:
+    """What a turn has shown, by one rule for every door: the words of each model step as they
+    come, STEP_BREAK between a tool step's words and the next step's (a model may say "Let me
+    look." before memory_search). `text` is all of it: what a door shows or sends, streamed or
+    whole. `reply` is the words after the last tool step: what is stored as the reply (or, when
+    the turn is stopped, as the interrupted reply)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.reply = ""
+        self._new_step = False
+
+    def add(self, event: TurnEvent) -> str:
+        """The words to show now for `event` ("" for none)."""
+        if isinstance(event, Delta):
+            words = STEP_BREAK + event.text if self._new_step and self.text else event.text
+            self._new_step = False
+            self.text += words
+            self.reply += event.text
+            return words
+        if isinstance(event, ToolCalled):
+            self._new_step = True
+            self.reply = ""
+        elif isinstance(event, Done) and event.reply and not self.reply:
+            return self.add(Delta(text=event.reply))  # a last step that streamed nothing: whole
+        return ""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A turn drained to its end: Done or Failed, what it showed, and its Started."""
+
+    end: Done | Failed
+    shown: Shown
+    started: Started | None
+
+
+class Drain:
+    """The one consumer that drains a turn into one answer, for a door in a thread (`for`) or
+    on an event loop (`async for`): each event goes to take(), which gives the Answer at the
+    turn's end; `show` gets the words to show as they come (a console, a Lark card)."""
+
+    def __init__(self, show: Callable[[str], object] | None = None) -> None:
+        self.shown = Shown()
+        self.started: Started | None = None
+        self._show = show
+
+    def take(self, event: TurnEvent) -> Answer | None:
+        if isinstance(event, Started):
+            self.started = event
+        words = self.shown.add(event)
+        if words and self._show is not None:
+            self._show(words)
+        if isinstance(event, Done | Failed):
+            return Answer(end=event, shown=self.shown, started=self.started)
+        return None
+
+    @staticmethod
+    def ended() -> NoReturn:
+        raise RuntimeError("a turn ended without done or error")  # a bug, never a person's input
+
+
+def drained(events) -> Answer:
+    drain = Drain()
+    for event in events:
+        if (answer := drain.take(event)) is not None:
+            return answer
+    drain.ended()
+
+
+async def drained_async(events: AsyncIterator[TurnEvent]) -> Answer:
+    drain = Drain()
+    async for event in events:
+        if (answer := drain.take(event)) is not None:
+            return answer
+    drain.ended()
+
+
+class TurnFailed(Exception):
+    """A turn that did not finish, for the callers that want one answer (turn_run): the
+    Failed event, and the session its user message is stored in."""
+
+    def __init__(self, failed: Failed, session):
+        super().__init__(failed.detail)
+        self.failed = failed
+        self.session = session
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    session: Any
+    reply: str  # what the turn showed (Shown.text)
+    path: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    tool_calls: int
+    offline: bool
+
+
+def turn_run(
+    *,
+    owner,
+    session,
+    text: str,
+    mode: str | None = None,
+    path: str | None = None,
+    model: str | None = None,
+    channel: str = "api",
+) -> TurnResult:
+    """One whole turn in the caller's thread, admitted under the caps and drained (scripts, the
+    benchmarks, tests). Raises one of TURN_REFUSALS (nothing written), or TurnFailed (the
+    message is stored in `.session`)."""
+    plan = turn_plan(
+        owner=owner, session=session, text=text, mode=mode, path=path, model=model, channel=channel
+    )
+    turn = turn_open(plan)
+    answer = drained(turn)
+    if isinstance(answer.end, Failed):
+        raise TurnFailed(answer.end, turn.session)
+    done = answer.end
+    return TurnResult(
+        session=turn.session,
+        reply=answer.shown.text,
+        path=done.path,
+        model=done.model,
+        input_tokens=done.input_tokens,
+        output_tokens=done.output_tokens,
+        model_calls=done.model_calls,
+        tool_calls=done.tool_calls,
+        offline=done.offline,
+    )
+
+
+def event_payload(event: TurnEvent) -> dict[str, Any]:
+    """An event as the JSON a web door sends (POST /api/chat's Server-Sent Events' data)."""
+    payload = asdict(event)
+    if isinstance(event, ToolCalled | ToolResult):
+        payload["name"] = payload.pop("tool")
+    if isinstance(event, Done):
+        payload["usage"] = {
+            "input_tokens": payload.pop("input_tokens"),
+            "output_tokens": payload.pop("output_tokens"),
+        }
+        del payload["offline"]
+        del payload["client_tool_calls"]  # only /v1 has them, in its own wire format
+    if isinstance(event, Failed) and event.kind == "database":
+        # A database's own words may name hosts or tables: a web client gets these instead.
+        payload["detail"] = (
+            "a database error interrupted the reply; your message is stored and the step it "
+            "interrupted was not kept: retry on this session"
+        )
+    return payload
+
+
 # --- the consumer on an event loop ---------------------------------------------------------------
 
 _END = object()
@@ -312,18 +481,15 @@ async def _run(
     handed: _Handed,
     through: Callable[[AsyncIterator[TurnEvent]], AsyncIterator[TurnEvent]] | None,
 ) -> None:
-    shown: list[str] = []
+    shown = Shown()
     events = through(aiter(turn)) if through is not None else aiter(turn)
     try:
         async for event in events:
-            if isinstance(event, Delta):
-                shown.append(event.text)
-            elif isinstance(event, ToolCalled):
-                shown.clear()  # what a model wrote before a tool step is not the reply
+            shown.add(event)
             handed.put(event)
     except asyncio.CancelledError:
         # The shutdown's limit: what was written so far is the reply, marked interrupted.
-        await sync_to_async(_interrupted_store, thread_sensitive=False)(turn, "".join(shown))
+        await sync_to_async(_interrupted_store, thread_sensitive=False)(turn, shown.reply)
         raise
     except Exception:
         log.exception("turn in %s stopped", turn.session.pk)

@@ -37,20 +37,16 @@ from django.utils import timezone
 
 from agent_app.lifecycle import session_finish
 from agent_app.turn import (
-    Delta,
-    Done,
     Failed,
-    ToolCalled,
     TurnInputError,
     TurnSuperseded,
     turn_plan,
-    turn_start,
 )
 from channels_app.lark.client import LarkClient, LarkError
 from channels_app.lark.messages import mentions_bot, message_text
 from channels_app.lark.streaming import CardLost, CardReply
 from channels_app.models import ChannelChat, ChannelIdentity, LarkEvent
-from channels_app.turns import Refusal, failure, refusal
+from channels_app.turns import Drain, Refusal, TurnsFull, failure, refusal, turn_open
 from ethan_shared.queue import WAKE_SECONDS
 from sessions_app.models import ChatSession
 from sessions_app.selectors import message_with_session, question_latest, question_reply
@@ -66,6 +62,9 @@ _CHINESE = {
     "model_unavailable": "抱歉，模型暂时不可用，你的消息已保存，请稍后再发一次。",
     "model_failed": "抱歉，模型无法回答，你的消息已保存。",
     "database_unavailable": "抱歉，数据库暂时不可用，请稍后再发一次。",
+    "server_busy": "服务器正忙，这条消息没有保存，请稍后再发一次。",
+    "too_many_turns": "你同时有太多条回复正在生成，这条消息没有保存，请稍后再发一次。",
+    "server_restarting": "服务器正在重启，这条消息没有保存，请稍后再发一次。",
 }
 
 
@@ -329,11 +328,11 @@ def _answer(
                 event, token, session=turn_session, question=question
             ),
         )
-        turn = turn_start(plan)
-    except (TurnInputError, SessionBusy) as exc:
-        # A message refused, or the turn before it on this chat's session still being
-        # answered: nothing was stored, so the person sends it again (the chat keeps its
-        # session). A database that fails is the task's to retry.
+        turn = turn_open(plan)
+    except (TurnInputError, SessionBusy, TurnsFull) as exc:
+        # A message refused, the turn before it on this chat's session still being answered,
+        # or this worker at its caps: nothing was stored, so the person sends it again (the
+        # chat keeps its session). A database that fails is the task's to retry.
         log.warning("lark chat %s: the message was not stored: %s", chat_id, exc)
         return lark_says(refusal(exc))
     # The question is recorded on the event by the fence, in the transaction that stored it:
@@ -341,20 +340,19 @@ def _answer(
     ChannelChat.objects.filter(channel=LARK, chat_id=chat_id, user=user).update(
         session=turn.session, updated_at=timezone.now()
     )
+    drain = Drain(show=card.write)  # the card shows the words as the turn shows them
     try:
         for turn_event in turn:
-            if isinstance(turn_event, Delta):
-                card.write(turn_event.text)
-            elif isinstance(turn_event, ToolCalled):
-                card.restart()  # what it wrote before calling a tool is not the reply
-            elif isinstance(turn_event, Failed):
+            answer = drain.take(turn_event)
+            if answer is None:
+                continue
+            if isinstance(answer.end, Failed):
                 # The message is stored; the person is told to send it again (no automatic
                 # re-run, which would answer a message they may have given up on).
-                log.error("lark turn failed: %s", turn_event.detail)
-                return lark_says(failure(turn_event))
-            elif isinstance(turn_event, Done):
-                return turn_event.reply or "…"
+                log.error("lark turn failed: %s", answer.end.detail)
+                return lark_says(failure(answer.end))
+            return answer.shown.text or "…"
     except CardLost:
         turn.close()  # stop the model; the session's claim is given back
         raise
-    raise RuntimeError("a turn ended without done or error")
+    drain.ended()

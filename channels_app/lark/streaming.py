@@ -76,11 +76,6 @@ class CardReply:
             self._shown_at = now
             self._show(self.text + CURSOR, retries=0)
 
-    def restart(self) -> None:
-        """A tool step: the words before it were not the reply; the card keeps them until the
-        reply's own words replace them."""
-        self.text = ""
-
     def finish(self, reply: str) -> bool:
         """Show the whole reply in the card; False when there is no card, or it could not be
         brought to show the reply: then the reply must be sent as text."""

@@ -31,7 +31,6 @@ from agent_app.turn import (
     Done,
     Failed,
     Started,
-    ToolCalled,
     TurnEvent,
     TurnSuperseded,
     turn_plan,
@@ -49,7 +48,14 @@ from channels_app.openai.conversations import (
 from channels_app.openai.housekeeping import Housekeeping, housekeeping_of
 from channels_app.openai.housekeeping_tally import housekeeping_count
 from channels_app.openai.names import ModelName, UnknownModelName, model_name_parse, model_names
-from channels_app.turns import TURN_REFUSALS, failure, refusal, turn_open
+from channels_app.turns import (
+    TURN_REFUSALS,
+    Shown,
+    drained_async,
+    failure,
+    refusal,
+    turn_open,
+)
 from channels_app.web import TurnAnswer
 from ethan_llm.types import AUTO, Sampling, ToolCall, ToolChoice
 from ethan_shared.api import BearerTokenAuthentication, exception_handler, openai_error
@@ -63,8 +69,6 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 # Pins a request to one of the person's sessions; every answer names its session in it too.
 SESSION_HEADER = "X-Ethan-Session"
-# Between the text of two model steps of one reply (words, a memory tool, more words).
-STEP_BREAK = "\n\n"
 
 _AUTH_MESSAGES = {
     exceptions.NotAuthenticated: (
@@ -283,39 +287,24 @@ async def _sent(
     session: ChatSession,
     chat: ClientChat,
 ) -> AsyncIterator[TurnEvent]:
-    """The turn's events as the client gets them, and the conversation recorded at its end.
-
-    What the client is sent is the text of every model step, joined by STEP_BREAK (a reply
-    may have words before a memory tool and after it); that text, as sent, is what the
-    conversation rule remembers, since it is what the client will send back as history."""
-    sent: list[str] = []
-    step_break = False
+    """The turn's events, and the conversation recorded at its end: what the client was shown
+    (channels_app.turns.Shown: every model step's words, STEP_BREAK between them), since it
+    is what the client will send back as history."""
+    shown = Shown()
     async for event in events:
-        if isinstance(event, Delta):
-            text = STEP_BREAK + event.text if step_break and sent else event.text
-            step_break = False
-            sent.append(text)
-            yield Delta(text=text)
-        elif isinstance(event, ToolCalled):
-            step_break = True
-        elif isinstance(event, Done):
-            if not sent and event.reply:  # a model that streamed nothing: its reply whole
-                sent.append(event.reply)
-                yield Delta(text=event.reply)
+        shown.add(event)
+        if isinstance(event, Done):
             await io.db(
                 conversation_record,
                 owner=owner,
                 session=session,
                 chat=chat,
-                shown="".join(sent),
+                shown=shown.text,
                 calls=event.client_tool_calls,
             )
-            yield event
         elif isinstance(event, Failed):
             await io.db(conversation_record, owner=owner, session=session, chat=chat, shown=None)
-            yield event
-        elif isinstance(event, Started):
-            yield event
+        yield event
 
 
 def _usage(done: Done) -> dict:
@@ -364,13 +353,17 @@ class _Chunks:
         return _data(body)
 
     async def lines(self, events: AsyncIterator[TurnEvent]) -> AsyncIterator[bytes]:
+        shown = Shown()
         async for event in events:
+            words = shown.add(event)
             if isinstance(event, Started):
                 self.label = self.name.label(event.model)
                 yield self._chunk({"role": "assistant", "content": ""})
             elif isinstance(event, Delta):
-                yield self._chunk({"content": event.text})
+                yield self._chunk({"content": words})
             elif isinstance(event, Done):
+                if words:  # a last step that streamed nothing: its reply whole
+                    yield self._chunk({"content": words})
                 calls = event.client_tool_calls
                 if calls and self.legacy:
                     function = _function(calls[0])
@@ -431,37 +424,30 @@ def _message(done: Done, text: str, legacy: bool) -> dict:
 async def _completion(
     events: AsyncIterator[TurnEvent], name: ModelName, legacy: bool = False
 ) -> HttpResponse:
-    text: list[str] = []
-    label = ""
-    async for event in events:
-        if isinstance(event, Started):
-            label = name.label(event.model)
-        elif isinstance(event, Delta):
-            text.append(event.text)
-        elif isinstance(event, Failed):
-            code, body = _failure(event)
-            return JsonResponse(body, status=code)
-        elif isinstance(event, Done):
-            return JsonResponse(
+    answer = await drained_async(events)
+    if isinstance(answer.end, Failed):
+        code, body = _failure(answer.end)
+        return JsonResponse(body, status=code)
+    done = answer.end
+    return JsonResponse(
+        {
+            "id": f"chatcmpl-{secrets.token_hex(12)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": name.label(answer.started.model) if answer.started else "",
+            "system_fingerprint": None,
+            "choices": [
                 {
-                    "id": f"chatcmpl-{secrets.token_hex(12)}",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": label,
-                    "system_fingerprint": None,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": _message(event, "".join(text), legacy),
-                            "logprobs": None,
-                            "finish_reason": _finish_reason(event, legacy),
-                        }
-                    ],
-                    "usage": _usage(event),
-                },
-                json_dumps_params={"ensure_ascii": False},
-            )
-    raise RuntimeError("a turn ended without done or error")
+                    "index": 0,
+                    "message": _message(done, answer.shown.text, legacy),
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(done, legacy),
+                }
+            ],
+            "usage": _usage(done),
+        },
+        json_dumps_params={"ensure_ascii": False},
+    )
 
 
 def _data(body: dict) -> bytes:

@@ -209,7 +209,7 @@ def test_search_endpoint_is_owner_scoped(api_for, owner, other_owner, make_sessi
 
 
 def test_memory_search_tool_through_a_provider(owner, other_owner, fakes, make_session):
-    from agent_app.turn import turn_run
+    from channels_app.turns import turn_run
 
     old = make_session(owner, "我的自行车是红色的", "记住了")
     make_session(other_owner, "我的自行车是蓝色的", "好")

@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from agent_app import prompts
 from agent_app.prompts import build_system
-from agent_app.turn import TurnFailed, TurnInputError, turn_run
+from agent_app.turn import TurnInputError
+from channels_app.turns import TurnFailed, turn_run
 from memory_app.models import Fact, Procedure, Summary, WorkingState
 from memory_app.working import context_assemble, context_parts
 from profile_app.models import ProfileRevision, ProfileSection

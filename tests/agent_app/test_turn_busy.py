@@ -11,9 +11,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 import ethan_llm
-from agent_app.turn import TurnFailed, turn_run
 from channels_app.lark.handling import lark_says
-from channels_app.turns import refusal
+from channels_app.turns import TurnFailed, refusal, turn_run
 from sessions_app.models import ChatSession
 from sessions_app.services import SessionBusy
 from tests.lark_helpers import deliver, message_event

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from agent_app.turn import turn_run
+from channels_app.turns import turn_run
 from sessions_app.models import Message
 
 pytestmark = pytest.mark.django_db

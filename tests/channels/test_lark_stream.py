@@ -14,6 +14,7 @@ from channels_app.lark import streaming
 from channels_app.lark.handling import lark_event_handle, lark_events_reclaim
 from channels_app.lark.streaming import CURSOR
 from channels_app.models import LarkEvent
+from channels_app.turns import STEP_BREAK
 from sessions_app.models import ChatSession, Message
 from tests.fakes.lark_fake import FakeLark
 from tests.fakes.openai_fake import FakeOpenAI, MiniModel
@@ -256,9 +257,10 @@ def test_a_model_that_fails_mid_reply_leaves_the_apology_in_the_card(client, lar
     assert list(Message.objects.values_list("role", flat=True)) == ["user"]
 
 
-def test_words_before_a_tool_step_are_replaced_by_the_reply(client, lark, model, steps):
-    """The model writes, saves a memory, then answers: the card began with its first words,
-    and ends with the reply alone, as stored."""
+def test_words_before_a_tool_step_stay_and_the_reply_follows(client, lark, model, steps):
+    """The model writes, saves a memory, then answers: the card shows both, a blank line
+    between, as every door shows a turn (channels_app.turns.Shown); the card only grows; the
+    stored reply is the words after the step."""
     before = "Let me note that down before I answer you. "
     step = FakeOpenAI.tool_calls(
         ("call_1", "memory_write", {"content": "用户喜欢长故事", "category": "preference"})
@@ -268,11 +270,10 @@ def test_words_before_a_tool_step_are_replaced_by_the_reply(client, lark, model,
     model.writes(LONG)
     deliver(client, message_event("ev-s12", "记住我喜欢长故事，然后讲一个"))
     [card] = lark.cards
-    assert card["text"].startswith(before[:16]) and not LONG.startswith(card["text"][:16])
-    assert lark.shown(card["message_id"]) == LONG == stored_reply()
-    # The words before the step, then the reply's own from their first.
+    whole = before + STEP_BREAK + LONG
+    assert card["text"].startswith(before[:16])
+    assert lark.shown(card["message_id"]) == whole
+    assert stored_reply() == LONG
     texts = [card["text"]] + [update["text"].removesuffix(CURSOR) for update in lark.card_updates]
-    first = next(n for n, text in enumerate(texts) if text.startswith("Sentence"))
-    assert first >= 1 and all(before.startswith(t.removesuffix(CURSOR)) for t in texts[:first])
-    assert all(LONG.startswith(text) for text in texts[first:])
+    assert all(whole.startswith(text.removesuffix(CURSOR)) for text in texts)
     assert lark.replies == []

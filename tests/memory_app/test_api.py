@@ -151,7 +151,7 @@ def test_a_failing_database_is_a_json_503_not_an_html_500(api_for, owner):
 
 
 def test_a_fact_shows_the_messages_it_came_from(api_for, owner, other_owner, llm_config):
-    from agent_app.turn import turn_run
+    from channels_app.turns import turn_run
 
     result = turn_run(owner=owner, session=None, text="记住我喜欢喝美式咖啡", model="offline")
     api = api_for(owner)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import ethan_llm
-from agent_app.turn import turn_run
+from channels_app.turns import turn_run
 from ethan_shared import queue
 from memory_app import consolidator
 from memory_app.consolidator import consolidation_run

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from agent_app.lifecycle import session_episode_write_task
-from agent_app.turn import turn_run
+from channels_app.turns import turn_run
 from episodes_app.models import Episode
 from ethan_shared import queue
 from memory_app.models import Fact, FactEvent, Summary, WorkingState

@@ -89,7 +89,7 @@ def test_two_clients_chatting_on_one_session_at_once_lose_no_turn(
 
     from django.db import connection
 
-    from agent_app.turn import turn_run
+    from channels_app.turns import turn_run
 
     session = make_session(owner, "开始吧", "好的")
     barrier = threading.Barrier(2)
