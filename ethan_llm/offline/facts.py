@@ -122,6 +122,12 @@ _STRONG_PREFIX = re.compile(
     rf"^(?:请|麻烦)?(?:帮我)?记住[：:，,\s]*|^\s*{REMEMBER_EN}(?:\s+that)?[:,]?\s*",
     re.IGNORECASE,
 )
+# A greeting that opens a sentence ("Hi, I live in Lisbon"): not part of the fact.
+_GREETING = re.compile(
+    r"^\s*(?:(?:hi|hello|hey|hiya|good (?:morning|afternoon|evening))(?: there)?|你好|您好|嗨|哈喽)"
+    r"\s*[,，!！.。~]*\s*",
+    re.IGNORECASE,
+)
 _PSYCH = re.compile(
     r"焦虑|压力|紧张|累|疲惫|难过|伤心|开心|快乐|害怕|担心|孤独|烦|失眠|委屈|放松|安心|治愈|"
     r"\bI feel\b|\bI(?:'m| am) (?:so |very |really )?(?:stressed|anxious|worried|tired|sad|"
@@ -280,7 +286,7 @@ def extract(
             # it tells nothing about the person.
             if is_question(sentence) or (is_request(sentence) and not strong):
                 continue
-            content = clean(_STRONG_PREFIX.sub("", sentence))
+            content = clean(_STRONG_PREFIX.sub("", _GREETING.sub("", sentence)))
             if content and (strong or SIGNAL.search(sentence)) and content not in seen:
                 category, confidence = categorise(sentence)
                 seen.add(content)

@@ -395,6 +395,10 @@ def test_offline_psych_extraction_only_when_asked():
         ("my dog Max loves the beach", "The user's dog Max loves the beach", "knowledge"),
         ("下周去东京", "用户下周去东京", "decision"),
         ("I'm flying to Oslo next week", "The user is flying to Oslo next week", "decision"),
+        # A greeting before it is not part of the fact.
+        ("Hi, I live in Lisbon", "The user lives in Lisbon", "knowledge"),
+        ("Hello there! I work at Acme", "The user works at Acme", "knowledge"),
+        ("你好，我住在成都", "用户住在成都", "knowledge"),
     ],
 )
 def test_plain_self_statements_are_facts_at_the_designs_confidence(said, fact, category):
