@@ -10,7 +10,6 @@ still running finish for up to ETHAN_DRAIN_SECONDS (channels_app.turns).
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import logging
 import os
@@ -36,10 +35,10 @@ django.setup(set_prefix=False)
 
 # Imported once Django is set up: they use its settings and models.
 from django.conf import settings  # noqa: E402
-from django.db import connections  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
 from ethan_shared.threads import CountedThread  # noqa: E402
+from ethan_site import serving  # noqa: E402
 
 
 class DjangoHandler(ASGIHandler):
@@ -183,8 +182,7 @@ class Doors:
                 await asyncio.to_thread(_preload)
                 # The embedder's weights (seconds, 150 MB) load beside the first requests.
                 embedder.preload_in_background()
-                _serving_gc(True)
-                _threads_keep_connections(True)
+                serving.tuning_apply()
                 TURNS.admitting()
                 PERIODIC.start()  # without a broker, the periodic tasks (ethan_site.periodic)
             elif message["type"] == "lifespan.shutdown":
@@ -193,9 +191,7 @@ class Doors:
                 await TURNS.drain()
                 # The model clients' connections, closed with the loop they belong to.
                 await ethan_llm.aclose()
-                # As it was before the server started (for a process that goes on: a test's).
-                _threads_keep_connections(False)
-                _serving_gc(False)
+                serving.tuning_undo()  # for a process that goes on: a test's
             return message
 
         await self.mcp(scope, receive_then_drain, send)
@@ -213,61 +209,6 @@ def _preload() -> None:
         provider,
         time.monotonic() - started,
     )
-
-
-def _threads_keep_connections(serving: bool) -> None:
-    """While it serves, the server's threads (Django's, the turns' database steps', /healthz's)
-    live as long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS,
-    where a new one at every step of every turn cost its PRAGMAs and SQL functions each time
-    (10% of a process's CPU under 300 streams, bench.concurrent_streams). Set on the
-    connections' own settings, which a thread's connection reads when it opens: `ethan serve`
-    in one process has read the settings before it starts the server."""
-    database = connections.settings["default"]
-    if database["ENGINE"] == "django.db.backends.sqlite3":
-        if serving:
-            _unserved["CONN_MAX_AGE"] = database["CONN_MAX_AGE"]
-            database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS
-        elif "CONN_MAX_AGE" in _unserved:
-            # Back to what ethan_site.settings has for every other process.
-            database["CONN_MAX_AGE"] = _unserved.pop("CONN_MAX_AGE")
-
-
-# What serving changed, as it was before (_threads_keep_connections).
-_unserved: dict[str, object] = {}
-
-
-def _serving_gc(serving: bool) -> None:
-    """The garbage collector while the server serves.
-
-    What the process loaded to start (Django, the apps, the model's SDK, jieba's dictionary:
-    about 240,000 objects) lives as long as it does: kept out of the collector's passes
-    (gc.freeze), each full pass over it stopped the event loop, every stream with it, for about
-    120 ms. Objects made from here on are collected as ever.
-
-    And the passes come less often (ETHAN_GC_THRESHOLD objects between two young passes,
-    Python's 700; each older generation after 20 passes of the one before, Python's 10). A
-    pass stops every thread of the process, the event loop too, whichever thread started it.
-    With a thousand streams open each full pass went over everything they hold: 3 to 5 of them
-    while the streams arrived, each 20-250 ms, and 20-50 young and middle passes, up to
-    70 ms; together 1.6-3 s of each process's CPU, which grew as turns queued (they hold more),
-    and the probes that came during one waited for it (bench.concurrent_streams, docs/
-    benchmarks.md). With these, the same run made no full pass and its young passes took
-    0.4-0.7 s in all. Cycles still go: later, in larger passes."""
-    if serving:
-        gc.freeze()
-        if settings.ETHAN_GC_THRESHOLD:
-            _unserved["gc_threshold"] = gc.get_threshold()
-            gc.set_threshold(settings.ETHAN_GC_THRESHOLD, 20, 20)
-        log.info(
-            "%d objects loaded at startup left out of garbage collection; its thresholds %s",
-            gc.get_freeze_count(),
-            gc.get_threshold(),
-        )
-        return
-    # As it was before the server started (for a process that goes on: a test's).
-    gc.unfreeze()
-    if "gc_threshold" in _unserved:
-        gc.set_threshold(*_unserved.pop("gc_threshold"))
 
 
 application = Doors()

@@ -188,6 +188,9 @@ def on_fake(fake: FakeOpenAI, **env: str) -> dict[str, str]:
         "ETHAN_COMPRESSION_MODEL": "gpt-4o-mini",
         # Two rounds are enough for a session's end to be written at once (no end wait).
         "ETHAN_MEMORY_END_BATCH_ROUNDS": "2",
+        # The claim on a session's memory work that a process killed or stopped mid-call
+        # leaves runs out in 2 s, not 300: the next run takes it within the test's wait.
+        "ETHAN_MEMORY_CLAIM_SECONDS": "2",
         **SHORT_IDLE,
         **env,
     }

@@ -1,0 +1,93 @@
+"""The process-wide tuning of a serving process, in one place: what `ethan serve` (or any ASGI
+server running ethan_site.asgi) changes in its process while it serves, each a documented
+setting with the measurement that keeps it (docs/benchmarks/streams.md, bench.concurrent_streams),
+applied at the lifespan's startup and undone at its shutdown (a process that goes on, a test's,
+gets its own back).
+
+- The garbage collector (ETHAN_GC_THRESHOLD): what the process loaded is frozen, and the
+  passes come less often (_serving_gc).
+- SQLite connections kept by the server's threads (ETHAN_SQLITE_KEEP_SECONDS), not reopened at
+  every step (_threads_keep_connections).
+
+Also per process, and kept where they act: the worker threads' nice value
+(ETHAN_THREAD_NICENESS, ethan_shared.threads) and the number of Django's request threads
+(ETHAN_REQUEST_THREADS, ethan_site.asgi).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+from django.conf import settings
+from django.db import connections
+
+log = logging.getLogger(__name__)
+
+# What serving changed, as it was before (tuning_undo).
+_unserved: dict[str, object] = {}
+
+
+def tuning_apply() -> None:
+    _serving_gc(True)
+    _threads_keep_connections(True)
+
+
+def tuning_undo() -> None:
+    _threads_keep_connections(False)
+    _serving_gc(False)
+
+
+def _threads_keep_connections(serving: bool) -> None:
+    """While it serves, the server's threads (Django's, the turns' database steps', /healthz's)
+    live as long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS,
+    where a new one at every step of every turn cost its PRAGMAs and SQL functions each time
+    (10% of a process's CPU under 300 streams, bench.concurrent_streams). Set on the
+    connections' own settings, which a thread's connection reads when it opens: `ethan serve`
+    in one process has read the settings before it starts the server."""
+    database = connections.settings["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        if serving:
+            _unserved["CONN_MAX_AGE"] = database["CONN_MAX_AGE"]
+            database["CONN_MAX_AGE"] = settings.ETHAN_SQLITE_KEEP_SECONDS
+        elif "CONN_MAX_AGE" in _unserved:
+            # Back to what ethan_site.settings has for every other process.
+            database["CONN_MAX_AGE"] = _unserved.pop("CONN_MAX_AGE")
+
+
+def _serving_gc(serving: bool) -> None:
+    """The garbage collector while the server serves.
+
+    What the process loaded to start (Django, the apps, the model's SDK, jieba's dictionary:
+    about 240,000 objects) lives as long as it does: kept out of the collector's passes
+    (gc.freeze), each full pass over it stopped the event loop, every stream with it, for about
+    120 ms. Objects made from here on are collected as ever.
+
+    And the passes come less often (ETHAN_GC_THRESHOLD objects between two young passes,
+    Python's 700; each older generation after 20 passes of the one before, Python's 10). A
+    pass stops every thread of the process, the event loop too, whichever thread started it.
+    With a thousand streams open each full pass went over everything they hold: 3 to 5 of them
+    while the streams arrived, each 20-250 ms, and 20-50 young and middle passes, up to
+    70 ms; together 1.6-3 s of each process's CPU, which grew as turns queued (they hold more),
+    and the probes that came during one waited for it (bench.concurrent_streams, docs/
+    benchmarks.md). With these, the same run made no full pass and its young passes took
+    0.4-0.7 s in all. Cycles still go: later, in larger passes."""
+    if serving:
+        gc.freeze()
+        # Python 3.14's incremental collector reads the thresholds differently (the young
+        # one, then increments of the old generation): the numbers above were measured on
+        # 3.11 and are not applied there until measured again.
+        if settings.ETHAN_GC_THRESHOLD and sys.version_info < (3, 14):
+            _unserved["gc_threshold"] = gc.get_threshold()
+            gc.set_threshold(settings.ETHAN_GC_THRESHOLD, 20, 20)
+        log.info(
+            "%d objects loaded at startup left out of garbage collection; its thresholds %s",
+            gc.get_freeze_count(),
+            gc.get_threshold(),
+        )
+        return
+    # As it was before the server started (for a process that goes on: a test's).
+    gc.unfreeze()
+    if "gc_threshold" in _unserved:
+        gc.set_threshold(*_unserved.pop("gc_threshold"))
