@@ -363,7 +363,7 @@ class TurnStream:
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
         if self._async is None:
             assert self._sync is None, "a turn is read one way only"
-            self._async = self._generator(turn_io.ASYNC)
+            self._async = self._generator(turn_io.on_loop())
         return self._async
 
     def close(self) -> None:

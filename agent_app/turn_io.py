@@ -1,5 +1,5 @@
 """How the turn (agent_app.turn._events, written once as an async generator) meets the database
-and the model: two drivers of the same code.
+and the model: the same code under three drivers, for where it is read.
 
 - SYNC: every step runs in the caller's thread, as plain calls: the database directly, the
   model through ethan_llm.stream. Nothing ever suspends, so `driven` steps the async generator by
@@ -13,6 +13,13 @@ and the model: two drivers of the same code.
   Python takes the GIL from the loop that writes the open streams. The tasks a step deferred
   (embedded mode: a consolidation, which may wait on the model) run in the loop's default
   executor, so that they never hold up a turn's steps.
+- CALLER: for an event loop made for one synchronous caller (asgiref's async_to_sync: Django's
+  test client, a WSGI server such as runserver, calling an async view). Each database step runs
+  in the caller's thread (its connection, a test's transaction), the model through the
+  synchronous client: the loop ends with the call, and would leave an async client's
+  connections open behind it.
+
+`on_loop()` is ASYNC or CALLER, as the running loop is; every `async for` over a turn uses it.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any, Protocol, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import AsyncToSync, sync_to_async
 from django.conf import settings
 
 import ethan_llm
@@ -78,6 +85,24 @@ class _AsyncIO:
         return ethan_llm.astream(**request)
 
 
+class _CallerIO:
+    async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await sync_to_async(step, thread_sensitive=True)(*args, **kwargs)
+
+    async def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
+        # The loop serves this one call, so the synchronous client may block it; it is given a
+        # turn after each event, so that a reader takes each delta as it comes.
+        events = ethan_llm.stream(**request)
+        try:
+            for event in events:
+                yield event
+                await asyncio.sleep(0)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+
 @functools.cache
 def _db_threads() -> ThreadPoolExecutor:
     """The threads for the turns' database steps, made at the first step (settings are read
@@ -111,6 +136,22 @@ def _in_background(tasks: list) -> None:
 
 SYNC: TurnIO = _SyncIO()
 ASYNC: TurnIO = _AsyncIO()
+CALLER: TurnIO = _CallerIO()
+
+
+def on_loop() -> TurnIO:
+    """The driver for the running event loop: CALLER on a loop async_to_sync made for a
+    synchronous caller (it keeps such loops in `loop_thread_executors`, where a thread-sensitive
+    step finds its caller's thread), ASYNC on a server's."""
+    if asyncio.get_running_loop() in AsyncToSync.loop_thread_executors:
+        return CALLER
+    return ASYNC
+
+
+def loop_ends_with_call() -> bool:
+    """Whether the running loop is one made for a synchronous caller, which ends when the call
+    returns: a task started on it does not outlive the call."""
+    return on_loop() is CALLER
 
 
 def unsuspending(events: Iterator[T]) -> AsyncIterator[T]:

@@ -318,19 +318,16 @@ class Console:
         drain = Drain(show=self.io.reply_delta)
         try:
             with self.io.keys_unechoed():
-                for event in turn:
-                    answer = drain.take(event)
-                    if answer is None:
-                        continue
-                    self.io.reply_end(answer.shown.text)
-                    if isinstance(answer.end, Failed):
-                        failed = answer.end
-                        self.say(f"Error: {failure(failed).detail}")
-                        if failed.kind == "database":  # the person's own database: its words
-                            self.say(f"({first_line(failed.detail)})")
-                        self.say(f"(your message is saved in {failed.session_id})")
-                    return
-                drain.ended()
+                for event in turn:  # to its end: the session's claim is given back there
+                    drain.take(event)
+            answer = drain.ended()
+            self.io.reply_end(answer.shown.text)
+            if isinstance(answer.end, Failed):
+                failed = answer.end
+                self.say(f"Error: {failure(failed).detail}")
+                if failed.kind == "database":  # the person's own database: its words
+                    self.say(f"({first_line(failed.detail)})")
+                self.say(f"(your message is saved in {failed.session_id})")
         except KeyboardInterrupt:
             # Ctrl-C while the model writes: that reply stops, what was shown is kept (the
             # words after the last tool step are the reply).

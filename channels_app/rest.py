@@ -9,7 +9,6 @@ from django.http import HttpResponse, JsonResponse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agent_app.modes import MODE_ALIASES
 from agent_app.paths import PATHS
@@ -24,7 +23,7 @@ from channels_app.turns import (
     refusal,
     turn_open,
 )
-from channels_app.web import TurnAnswer
+from channels_app.web import Opened, TurnDoor
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
 
@@ -99,7 +98,7 @@ async def _json_answer(events: AsyncIterator[TurnEvent]) -> HttpResponse:
     )
 
 
-class ChatApi(APIView):
+class ChatApi(TurnDoor):
     class ChatInput(serializers.Serializer):
         """Types only: what the values mean (an empty or too long message, an unknown mode,
         path or model, a model with no key) is turn_plan's to say."""
@@ -139,5 +138,5 @@ class ChatApi(APIView):
             return refusal_answer(refusal(exc))
         wants_stream = params["stream"] or "text/event-stream" in request.headers.get("Accept", "")
         if wants_stream:
-            return TurnAnswer(turn, lines=_event_lines)
-        return TurnAnswer(turn, answer=_json_answer)
+            return Opened(turn, lines=_event_lines)
+        return Opened(turn, answer=_json_answer)

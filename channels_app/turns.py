@@ -23,7 +23,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -312,6 +312,7 @@ class Drain:
     def __init__(self, show: Callable[[str], object] | None = None) -> None:
         self.shown = Shown()
         self.started: Started | None = None
+        self.answer: Answer | None = None
         self._show = show
 
     def take(self, event: TurnEvent) -> Answer | None:
@@ -321,28 +322,31 @@ class Drain:
         if words and self._show is not None:
             self._show(words)
         if isinstance(event, Done | Failed):
-            return Answer(end=event, shown=self.shown, started=self.started)
+            self.answer = Answer(end=event, shown=self.shown, started=self.started)
+            return self.answer
         return None
 
-    @staticmethod
-    def ended() -> NoReturn:
-        raise RuntimeError("a turn ended without done or error")  # a bug, never a person's input
+    def ended(self) -> Answer:
+        """The answer of a turn read to its end."""
+        if self.answer is None:
+            raise RuntimeError("a turn ended without done or error")  # a bug, never input
+        return self.answer
 
 
+# Both read the turn to its very end, past Done: what the turn does after its last event (its
+# place under the caps given back) has run when they return.
 def drained(events) -> Answer:
     drain = Drain()
     for event in events:
-        if (answer := drain.take(event)) is not None:
-            return answer
-    drain.ended()
+        drain.take(event)
+    return drain.ended()
 
 
 async def drained_async(events: AsyncIterator[TurnEvent]) -> Answer:
     drain = Drain()
     async for event in events:
-        if (answer := drain.take(event)) is not None:
-            return answer
-    drain.ended()
+        drain.take(event)
+    return drain.ended()
 
 
 class TurnFailed(Exception):

@@ -1,23 +1,31 @@
-"""The web doors' turn (POST /api/chat, POST /v1/chat/completions): a DRF view checks the
-request and starts the turn, then the answer is written without holding a thread while the
-model writes.
+"""The web doors' turn (POST /api/chat, POST /v1/chat/completions): an async view on Django's own
+ASGI handler, from the socket to the turn and back in one path.
 
-A door's DRF view returns a TurnAnswer once its turn has started, in place of the real answer.
-Under ASGI (ethan_site.asgi, `make serve`) the view runs in one of the server's threads and
-returns the TurnAnswer, which the server answers on the event loop, the turn running there
-(channels_app.turns.consumed): one JSON answer, or Server-Sent Events as they come. Under WSGI
-(Django's test client, a WSGI server) the same door code runs in the request's thread with the
-turn's synchronous driver. A door writes its answer once, as async code that reads the turn's
-events and does its own database work through `io`.
+A door is a DRF view (TurnDoor) whose `post` admits a turn: it checks the request and opens the
+turn (channels_app.turns.turn_open), and returns an Opened, or a DRF Response that refuses. Its
+async view runs DRF's checks (authentication, permissions, throttles) and that `post` as one
+synchronous call where the turns' database steps run (agent_app.turn_io), starts the turn in a
+task of its own, then answers on the event loop: one JSON answer once the turn is over, or a
+StreamingHttpResponse of Server-Sent Events as they come. No thread waits while the model
+writes, and a client that leaves stops reading, not the turn.
+
+Under a synchronous caller (Django's test client, a WSGI server) the same view runs on a loop
+made for the call (turn_io.CALLER), which ends when the view returns: a stream is written whole
+before it does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from functools import wraps
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.template.response import SimpleTemplateResponse
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.views import APIView
 
 from agent_app import turn_io
 from agent_app.turn import TurnEvent, TurnStream
@@ -31,112 +39,92 @@ Answer = Callable[[AsyncIterator[TurnEvent]], Awaitable[HttpResponse]]
 # A door's stream: the events → the lines of its Server-Sent Events, as bytes.
 Lines = Callable[[AsyncIterator[TurnEvent]], AsyncIterator[bytes]]
 
-# A TurnAnswer's own headers, which say nothing of the answer that replaces it.
-BODY_HEADERS = ("content-type", "content-length")
-
 EVENT_STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-class TurnAnswer(HttpResponse):
-    """A started turn, returned by a door's view in place of its answer (never sent as is):
-    `answer` makes one JSON answer of it, or `lines` the events of a stream."""
+@dataclass
+class Opened:
+    """A turn a door admitted, and how it is answered: `answer` makes one JSON answer of its
+    events, `lines` the lines of a stream; `headers` go on either."""
 
-    def __init__(
-        self,
-        turn: TurnStream,
-        *,
-        answer: Answer | None = None,
-        lines: Lines | None = None,
-        through: Through | None = None,
-        headers: dict[str, str] | None = None,
-    ):
-        super().__init__(status=202)
-        assert (answer is None) != (lines is None), "a turn is answered once or streamed"
-        self.turn = turn
-        self.answer = answer
-        self.lines = lines
-        self.through = through
-        self.answer_headers = headers or {}
+    turn: TurnStream
+    answer: Answer | None = None
+    lines: Lines | None = None
+    through: Through | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    events: AsyncIterator[TurnEvent] | None = None  # once started
 
-    async def answered(self) -> HttpResponse:
-        """The answer, on the loop, with what the middleware gave this stand-in on its way out
-        (their headers, such as X-Frame-Options and Vary, and cookies), but not the stand-in's
-        own body headers."""
-        response = await self.on_loop()
-        for name, value in self.items():
-            if name.lower() not in BODY_HEADERS and name not in response:
-                response[name] = value
-        response.cookies.update(self.cookies)
-        if not response.streaming and "Content-Length" not in response:
-            # As CommonMiddleware gives every other answer (this one came after it).
-            response["Content-Length"] = str(len(response.content))
-        return response
+    def __post_init__(self) -> None:
+        assert (self.answer is None) != (self.lines is None), "a turn is answered once or streamed"
 
-    async def on_loop(self) -> HttpResponse:
-        through = self.through
-        events = consumed(
-            self.turn, (lambda e: through(e, turn_io.ASYNC)) if through is not None else None
-        )
-        if self.lines is not None:
-            return self._stream(self.lines(events))
-        return self._headed(await self.answer(events))
 
-    def in_thread(self) -> HttpResponse:
-        events = turn_io.unsuspending(iter(self.turn))
-        if self.through is not None:
-            events = self.through(events, turn_io.SYNC)
-        if self.lines is not None:
-            return self._stream(_Finishing(turn_io.driven(self.lines(events)), events))
-        try:
-            return self._headed(turn_io.run_unsuspended(self.answer(events)))
-        finally:
-            # The answer stops reading at the turn's last event: its end (the place under the
-            # caps given back) runs now, not whenever the collector finds the generator.
-            for _ in turn_io.driven(events):
-                pass
+class TurnDoor(APIView):
+    """A DRF view whose `post` admits a turn (an Opened) or refuses it (a Response), served as
+    an async view: `as_view()` is the door's one path."""
 
-    def _stream(self, lines: Any) -> StreamingHttpResponse:
-        return self._headed(
-            StreamingHttpResponse(
-                lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Callable[..., Awaitable[HttpResponseBase]]:
+        async def door(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+            view = cls(**initkwargs)
+            # Shielded: a turn opened is started, even when the client left meanwhile (Django
+            # then cancels the view), so its place under the caps is given back at its end.
+            admitted = await asyncio.shield(view._opened(request, args, kwargs))
+            if isinstance(admitted, HttpResponseBase):
+                return admitted
+            return await _answered(admitted)
+
+        # What DRF's as_view() gives its view, read by the schema (drf-spectacular).
+        door.cls = cls
+        door.initkwargs = initkwargs
+        # DRF's authentication enforces CSRF itself, for a session's cookie only.
+        return csrf_exempt(door)
+
+    async def _opened(self, request: HttpRequest, args, kwargs) -> HttpResponseBase | Opened:
+        io = turn_io.on_loop()
+        admitted = await io.db(self._admission, request, args, kwargs)
+        if isinstance(admitted, Opened):
+            through = admitted.through
+            admitted.events = consumed(
+                admitted.turn, (lambda e: through(e, io)) if through is not None else None
             )
+        return admitted
+
+    def _admission(self, request: HttpRequest, args, kwargs) -> HttpResponseBase | Opened:
+        """DRF's dispatch (APIView.dispatch, through its documented hooks) up to the handler's
+        answer: an Opened as it is, any other answer finalized and rendered here, so that
+        nothing of the request is left for a thread of its own."""
+        self.args, self.kwargs = args, kwargs
+        drf_request = self.initialize_request(request, *args, **kwargs)
+        self.request = drf_request
+        self.headers = self.default_response_headers
+        try:
+            self.initial(drf_request, *args, **kwargs)
+            method = drf_request.method.lower()
+            if method in self.http_method_names:
+                handler = getattr(self, method, self.http_method_not_allowed)
+            else:
+                handler = self.http_method_not_allowed
+            result = handler(drf_request, *args, **kwargs)
+        except Exception as exc:
+            result = self.handle_exception(exc)
+        if isinstance(result, Opened):
+            return result
+        response = self.finalize_response(drf_request, result, *args, **kwargs)
+        if isinstance(response, SimpleTemplateResponse):  # DRF's Response
+            response.render()
+        return response
+
+
+async def _answered(opened: Opened) -> HttpResponseBase:
+    if opened.lines is not None:
+        lines = opened.lines(opened.events)
+        if turn_io.loop_ends_with_call():
+            lines = [line async for line in lines]
+        response: HttpResponseBase = StreamingHttpResponse(
+            lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS
         )
-
-    def _headed(self, response: HttpResponse) -> HttpResponse:
-        for name, value in self.answer_headers.items():
-            response[name] = value
-        return response
-
-
-class _Finishing:
-    """A stream read in a thread. The server closes it when the response is over; a client
-    that went away (even before the first line) does not stop the turn: closing runs the rest
-    of its events (the door's own step over them included), so the reply is still written and
-    stored."""
-
-    def __init__(self, lines: Iterator[str], events: AsyncIterator[TurnEvent]):
-        self.lines = lines
-        self.events = events
-
-    def __iter__(self) -> Iterator[str]:
-        return self.lines
-
-    def close(self) -> None:
-        self.lines.close()
-        for _ in turn_io.driven(self.events):  # nothing left when the client read to the end
-            pass
-
-
-def turn_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A door's DRF view (as_view()) whose TurnAnswer is answered on the event loop by the
-    server's handler (ethan_site.asgi, which marks its requests), or in the request's thread by
-    any other (a WSGI server, Django's test clients)."""
-
-    @wraps(view)
-    def door(request, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = view(request, *args, **kwargs)
-        if isinstance(response, TurnAnswer) and not getattr(request, "turn_on_loop", False):
-            return response.in_thread()
-        return response
-
-    return door
+    else:
+        response = await opened.answer(opened.events)
+    for name, value in opened.headers.items():
+        response[name] = value
+    return response

@@ -1,7 +1,6 @@
-"""The server's worker threads: Django's part of a request (ethan_site.asgi) and the turns'
-database steps (agent_app.turn_io).
+"""The server's worker threads for the turns' database steps (agent_app.turn_io).
 
-Both run Python, and each such thread takes the GIL and a core from the event loop that writes
+They run Python, and each such thread takes the GIL and a core from the event loop that writes
 every open stream and answers /healthz. Under a thousand arriving streams on two cores, the loop
 stalled for a second and more behind them (bench.concurrent_streams, docs/benchmarks.md): the
 CPU was full, and the loop waited its turn among the threads starting new turns. So on Linux
@@ -23,27 +22,6 @@ from django.conf import settings
 def worker_threads(count: int, name: str) -> ThreadPoolExecutor:
     """`count` threads named `name`-N, each at ETHAN_THREAD_NICENESS."""
     return ThreadPoolExecutor(max_workers=count, thread_name_prefix=name, initializer=_nicer)
-
-
-class CountedThread(ThreadPoolExecutor):
-    """One worker thread that knows how many calls it has queued or running (`pending`), so
-    that the next request can go to the least busy of a few (ethan_site.asgi)."""
-
-    def __init__(self, name: str):
-        super().__init__(max_workers=1, thread_name_prefix=name, initializer=_nicer)
-        self._lock = threading.Lock()
-        self.pending = 0
-
-    def submit(self, fn, /, *args, **kwargs):
-        with self._lock:
-            self.pending += 1
-        future = super().submit(fn, *args, **kwargs)
-        future.add_done_callback(self._done)
-        return future
-
-    def _done(self, _future) -> None:
-        with self._lock:
-            self.pending -= 1
 
 
 def _nicer() -> None:

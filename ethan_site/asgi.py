@@ -10,19 +10,11 @@ still running finish for up to ETHAN_DRAIN_SECONDS (channels_app.turns).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import time
 
-import django
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
-from django.core.handlers.base import BaseHandler
-from django.core.handlers.exception import response_for_exception
-from django.http import HttpRequest
-from django.http.response import HttpResponseBase
-from django.utils.log import log_response
+from django.core.asgi import get_asgi_application
 
 from ethan_shared.config import settings_or_exit
 
@@ -31,81 +23,19 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
-django.setup(set_prefix=False)
+# Django's own ASGI handler, Django set up: the pages, the admin, /api and /v1, the turn doors
+# among them as async views (channels_app.web).
+django_application = get_asgi_application()
 
 # Imported once Django is set up: they use its settings and models.
 from django.conf import settings  # noqa: E402
 from starlette.types import Message, Receive, Scope, Send  # noqa: E402
 
-from ethan_shared.threads import CountedThread  # noqa: E402
-from ethan_site import serving  # noqa: E402
-
-
-class DjangoHandler(ASGIHandler):
-    """Django's ASGI handler, with the request's synchronous part in one call on a thread.
-
-    - The middleware and the view run as one synchronous call (the chain loaded as WSGI loads
-      it), where Django's own ASGI handler calls every middleware's hooks through a thread of
-      their own, about twenty hops between the loop and a thread for one request: about a
-      quarter of a turn's CPU in a process (bench.concurrent_streams, single streams).
-    - A door's view that started a turn returns a TurnAnswer (channels_app.web): its answer is
-      written here, on the loop, so no thread waits while the model writes.
-    - The threads are ETHAN_REQUEST_THREADS long-lived ones, each running one call at a time
-      (its signals, the middleware, a synchronous view), a request given to the least busy,
-      where Django's own handler starts a new thread for every request: under a thousand
-      streams, starting them was a tenth of the event loop's time, and each new thread opened a
-      database connection of its own. The turns' database steps run on threads of their own
-      (agent_app.turn_io), not here."""
-
-    def __init__(self) -> None:
-        BaseHandler.__init__(self)
-        self.load_middleware(is_async=False)
-        self.threads = [
-            CountedThread(f"django-{number}") for number in range(settings.ETHAN_REQUEST_THREADS)
-        ]
-        self.turn = itertools.count()
-
-    def thread(self) -> CountedThread:
-        """The thread with the fewest calls queued or running, the next in turn among equals:
-        a slow view holds up only the requests that came while every thread was busy."""
-        start = next(self.turn) % len(self.threads)
-        ordered = self.threads[start:] + self.threads[:start]
-        return min(ordered, key=lambda thread: thread.pending)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            raise ValueError(f"Django serves HTTP, not {scope['type']}")
-        async with ThreadSensitiveContext(executor=self.thread()):
-            await self.handle(scope, receive, send)
-
-    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
-        request.turn_on_loop = True  # channels_app.web.turn_view: answered below
-        response = await sync_to_async(self.get_response, thread_sensitive=True)(request)
-        if isinstance(response, TurnAnswer):
-            try:
-                response = await response.answered()
-            except Exception as exc:  # as the middleware would have answered it
-                response = exception_answer(request, exc) or response_for_exception(request, exc)
-            if response.status_code >= 400:  # get_response logged the TurnAnswer's 202
-                log_response(
-                    "%s: %s",
-                    response.reason_phrase,
-                    request.path,
-                    response=response,
-                    request=request,
-                )
-        response._handler_class = self.__class__
-        return response
-
-
-django_application = DjangoHandler()
-
 import embedder  # noqa: E402
 import ethan_llm  # noqa: E402
 from channels_app.mcp_server.server import http_app  # noqa: E402
 from channels_app.turns import TURNS  # noqa: E402
-from channels_app.web import TurnAnswer  # noqa: E402
-from ethan_site.errors import exception_answer  # noqa: E402
+from ethan_site import serving  # noqa: E402
 from ethan_site.forwarded import forwarded_scope  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 from ethan_site.periodic import PERIODIC  # noqa: E402

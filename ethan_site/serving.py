@@ -9,9 +9,8 @@ gets its own back).
 - SQLite connections kept by the server's threads (ETHAN_SQLITE_KEEP_SECONDS), not reopened at
   every step (_threads_keep_connections).
 
-Also per process, and kept where they act: the worker threads' nice value
-(ETHAN_THREAD_NICENESS, ethan_shared.threads) and the number of Django's request threads
-(ETHAN_REQUEST_THREADS, ethan_site.asgi).
+Also per process, and kept where it acts: the turns' database threads' nice value
+(ETHAN_THREAD_NICENESS, ethan_shared.threads).
 """
 
 from __future__ import annotations
@@ -40,8 +39,8 @@ def tuning_undo() -> None:
 
 
 def _threads_keep_connections(serving: bool) -> None:
-    """While it serves, the server's threads (Django's, the turns' database steps', /healthz's)
-    live as long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS,
+    """While it serves, the server's threads (the turns' database steps', /healthz's) live as
+    long as it does: on SQLite each keeps its connection ETHAN_SQLITE_KEEP_SECONDS,
     where a new one at every step of every turn cost its PRAGMAs and SQL functions each time
     (10% of a process's CPU under 300 streams, bench.concurrent_streams). Set on the
     connections' own settings, which a thread's connection reads when it opens: `ethan serve`

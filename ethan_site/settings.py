@@ -166,8 +166,8 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
     # instead of failing with "database is locked" when a read lock cannot be upgraded; WAL lets
     # readers go on while one writes. Each piece of work opens its own connection (CONN_MAX_AGE
     # 0: the console, the tasks, the tests); the server's threads keep theirs
-    # ETHAN_SQLITE_KEEP_SECONDS (ethan_site.asgi): kept everywhere, the console's Ctrl-C tests
-    # failed in full test runs.
+    # ETHAN_SQLITE_KEEP_SECONDS (ethan_site.serving): kept everywhere, the console's Ctrl-C
+    # tests failed in full test runs.
     _database["CONN_MAX_AGE"] = 0
     _database["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
@@ -345,20 +345,17 @@ ETHAN_DRAIN_SECONDS = _config.positive("ETHAN_DRAIN_SECONDS", 30)
 # many seconds after it opened (or after the request's first byte), answering 408 to a request
 # begun (ethan_site.serve.HttpLimitsProtocol, docs/operations.md).
 ETHAN_HEADER_TIMEOUT = _config.positive("ETHAN_HEADER_TIMEOUT", 10)
-# The server's threads, in each process: ETHAN_REQUEST_THREADS for Django's synchronous part of
-# a request (the middleware and the view, ethan_site.asgi) and ETHAN_DB_THREADS for the turns'
-# database steps (agent_app.turn_io). Each thread that runs Python takes the GIL from the event
-# loop that writes every open stream: with 8 and 6, a thousand streams arriving on PostgreSQL
-# left /healthz waiting seconds behind them; with 4 and 2, 84-130 ms, with 2 and 2, 24-54 ms
-# (docs/benchmarks.md).
-ETHAN_REQUEST_THREADS = _config.positive("ETHAN_REQUEST_THREADS", 2)
+# The server's threads for the turns' database steps (agent_app.turn_io), in each process. Each
+# thread that runs Python takes the GIL from the event loop that writes every open stream: with
+# 6 (and 8 for Django's part of a request), a thousand streams arriving on PostgreSQL left
+# /healthz waiting seconds behind them; with 2 (and 2), 24-54 ms (docs/benchmarks.md).
 ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
 # Their nice value on Linux (ethan_shared.threads): the event loop goes first when the CPU is
 # short. 0 leaves them as the loop is.
 ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
 # While the server serves, the objects allocated between two of the garbage collector's young
 # passes (Python's 700): a pass stops the event loop, and the older passes go over every open
-# stream (ethan_site.asgi._serving_gc). 0 leaves Python's thresholds.
+# stream (ethan_site.serving._serving_gc). 0 leaves Python's thresholds.
 ETHAN_GC_THRESHOLD = _config.non_negative("ETHAN_GC_THRESHOLD", 20_000)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
@@ -449,9 +446,9 @@ OAUTH2_PROVIDER = {
     "CIMD_FETCH_TIMEOUT_SECONDS": _config.positive("ETHAN_OAUTH_CIMD_TIMEOUT_SECONDS", 5),
     "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
     # A document is fetched on the request's thread, within its deadline (body included,
-    # oauth_app.cimd). Fewer at once than the threads, so one is always free for every other
-    # page; a request past the cap is answered at once as an unknown client.
-    "CIMD_MAX_CONCURRENT_FETCHES": max(1, ETHAN_REQUEST_THREADS - 1),
+    # oauth_app.cimd), a few at once: a request past the cap is answered at once as an unknown
+    # client, so no burst of unknown URLs holds a thread each for the deadline.
+    "CIMD_MAX_CONCURRENT_FETCHES": 2,
     # A URL first seen counts as a registration from its address (oauth_app.throttles).
     "CIMD_REGISTRATION_PERMISSION_CLASSES": ("oauth_app.throttles.UnknownDocumentPermission",),
     "OAUTH2_PROTECTED_RESOURCE_NAME": "Ethan memory",

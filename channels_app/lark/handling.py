@@ -342,17 +342,15 @@ def _answer(
     )
     drain = Drain(show=card.write)  # the card shows the words as the turn shows them
     try:
-        for turn_event in turn:
-            answer = drain.take(turn_event)
-            if answer is None:
-                continue
-            if isinstance(answer.end, Failed):
-                # The message is stored; the person is told to send it again (no automatic
-                # re-run, which would answer a message they may have given up on).
-                log.error("lark turn failed: %s", answer.end.detail)
-                return lark_says(failure(answer.end))
-            return answer.shown.text or "…"
+        for turn_event in turn:  # to its end: the session's claim is given back there
+            drain.take(turn_event)
     except CardLost:
         turn.close()  # stop the model; the session's claim is given back
         raise
-    drain.ended()
+    answer = drain.ended()
+    if isinstance(answer.end, Failed):
+        # The message is stored; the person is told to send it again (no automatic re-run,
+        # which would answer a message they may have given up on).
+        log.error("lark turn failed: %s", answer.end.detail)
+        return lark_says(failure(answer.end))
+    return answer.shown.text or "…"

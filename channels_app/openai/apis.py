@@ -56,7 +56,7 @@ from channels_app.turns import (
     refusal,
     turn_open,
 )
-from channels_app.web import TurnAnswer
+from channels_app.web import Opened, TurnDoor
 from ethan_llm.types import AUTO, Sampling, ToolCall, ToolChoice
 from ethan_shared.api import BearerTokenAuthentication, exception_handler, openai_error
 from sessions_app.apis import session_or_404
@@ -454,7 +454,7 @@ def _data(body: dict) -> bytes:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
 
-class ChatCompletionsApi(OpenAIView):
+class ChatCompletionsApi(OpenAIView, TurnDoor):
     def post(self, request):
         """A turn, answered as OpenAI's chat completions API answers (docs/openai.md)."""
         data = CompletionInput(data=request.data)
@@ -567,7 +567,7 @@ class ChatCompletionsApi(OpenAIView):
         return _answer(turn, params, name)
 
 
-def _answer(turn, params: dict, name: ModelName, *, through=None, headers=None) -> TurnAnswer:
+def _answer(turn, params: dict, name: ModelName, *, through=None, headers=None) -> Opened:
     """The turn answered as the request asked: streamed chunks, or one chat.completion."""
     legacy = bool(params.get("functions")) and not params.get("tools")
     if params["stream"]:
@@ -575,10 +575,10 @@ def _answer(turn, params: dict, name: ModelName, *, through=None, headers=None) 
         chunks = _Chunks(
             name=name, include_usage=options.get("include_usage", False), legacy=legacy
         )
-        return TurnAnswer(turn, through=through, lines=chunks.lines, headers=headers)
-    return TurnAnswer(
+        return Opened(turn, through=through, lines=chunks.lines, headers=headers or {})
+    return Opened(
         turn,
         through=through,
         answer=lambda events: _completion(events, name, legacy),
-        headers=headers,
+        headers=headers or {},
     )

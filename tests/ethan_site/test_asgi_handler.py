@@ -1,5 +1,5 @@
-"""The server's Django handler (ethan_site.asgi.DjangoHandler) runs a request's middleware and
-view as one call on a thread, not a hop to a thread and back for each middleware's hooks."""
+"""The server's Django application is Django's own ASGI handler, and the turn doors are async
+views on it (channels_app.web): a request's answer through it, as an ASGI server calls it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from asgiref import sync
+from django.core.handlers.asgi import ASGIHandler
 
 from ethan_site.asgi import django_application
 
@@ -51,27 +51,16 @@ def _call(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_request_goes_to_a_thread_three_times_not_once_per_middleware(monkeypatch, owner):
-    """request_started's receivers, the middleware with the view, and the response's close:
-    three calls into a thread. Django's own ASGI handler makes about twenty for the same
-    request (each middleware's process_request and process_response)."""
+def test_the_pages_and_apis_are_served_by_djangos_own_handler(owner):
+    """No subclass of Django's handler: a REST request goes through it and the middleware."""
     from rest_framework.authtoken.models import Token
 
+    assert type(django_application) is ASGIHandler
     token = Token.objects.create(user=owner).key
-    calls: list[str] = []
-    original = sync.SyncToAsync.__call__
-
-    async def counted(self, *args, **kwargs):
-        calls.append(getattr(self.func, "__qualname__", repr(self.func)))
-        return await original(self, *args, **kwargs)
-
-    monkeypatch.setattr(sync.SyncToAsync, "__call__", counted)
     status, headers, body = _call("/api/facts", {"Authorization": f"Token {token}"})
     assert status == 200, body
     assert isinstance(json.loads(body), dict | list)
-    # The middleware ran: their headers are on the answer.
     assert headers[b"X-Frame-Options"] == b"DENY"
-    assert len(calls) <= 3, calls
 
 
 def _post(path: str, body: dict, headers: dict[str, str]) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -106,24 +95,37 @@ def test_a_turns_answer_that_fails_on_the_loop_is_answered_as_the_middleware_wou
     assert Message.objects.filter(content="Is my question kept?").exists()
 
 
-def test_a_request_goes_to_the_least_busy_thread():
-    """A slow view holds up its own thread only: while one of the handler's threads is busy,
-    every new request goes to another, not to each thread in turn."""
+@pytest.mark.django_db(transaction=True)
+def test_a_turn_streamed_through_the_handler_runs_its_database_steps_on_the_turn_threads(
+    monkeypatch, owner
+):
+    """A door on an ASGI server's loop: the turn's events as Server-Sent Events, written as they
+    come, each database step on one of the turns' own threads (agent_app.turn_io.ASYNC), not in
+    a thread of the request's."""
     import threading
 
-    handler = django_application
-    assert len(handler.threads) >= 2
-    busy, release = handler.threads[0], threading.Event()
-    busy.submit(release.wait, 10)
-    try:
-        chosen = {id(handler.thread()) for _ in range(6)}
-        assert id(busy) not in chosen
-        assert len(chosen) == len(handler.threads) - 1
-    finally:
-        release.set()
-    # Once it is free again, it takes its turn.
-    deadline = 50
-    while busy.pending and deadline:
-        threading.Event().wait(0.1)
-        deadline -= 1
-    assert id(busy) in {id(handler.thread()) for _ in range(len(handler.threads))}
+    from rest_framework.authtoken.models import Token
+
+    from agent_app import turn_io
+    from sessions_app.models import Message
+
+    threads: set[str] = set()
+    in_pool = turn_io._in_pool
+
+    def noted(step, *args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return in_pool(step, *args, **kwargs)
+
+    monkeypatch.setattr(turn_io, "_in_pool", noted)
+    token = Token.objects.create(user=owner).key
+    status, headers, body = _post(
+        "/api/chat",
+        {"message": "Stream me a hello", "stream": True},
+        {"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )
+    assert status == 200, body
+    assert headers[b"Content-Type"] == b"text/event-stream"
+    names = [line.split(": ", 1)[1] for line in body.decode().splitlines() if line[:6] == "event:"]
+    assert names[0] == "started" and names[-1] == "done", names
+    assert threads and all(name.startswith("turn-db") for name in threads), threads
+    assert Message.objects.filter(content="Stream me a hello").exists()
