@@ -1,7 +1,7 @@
 """The app as deployed, for the HTTP benchmarks: a scratch PostgreSQL database, gunicorn and a
 Celery worker on a Redis broker, and a thread-pool load generator.
 
-    with BenchStack(settings_module="bench.settings", gunicorn=GunicornConfig()) as stack:
+    with BenchStack(gunicorn=GunicornConfig()) as stack:
         samples = load(base=stack.base_url, concurrency=50, next_request=fixed(requests))
 
 The bench process itself runs Django on the same database and broker (to create users and
