@@ -21,6 +21,11 @@ The servers (`--server asgi|gunicorn|both`, both by default):
 - gunicorn: the baseline, the old `make serve`'s command line (gunicorn reading
   gunicorn.conf.py, WEB_CONCURRENCY sync workers, 2 by default), now serving
   ethan_site.wsgi:application.
+- before: `ethan serve` of another checkout (`--before PATH`, a clone at an earlier commit with
+  its own `make install`), the same command: a change measured against the code before it in
+  the same run. `--server change` measures asgi and before. `--before-env NAME=VALUE` sets a
+  setting for it alone: `--before . --before-env ETHAN_GC_THRESHOLD=0` measures one setting
+  on and off.
 
 The model is bench.slow_model in a process of its own: one asyncio loop speaking OpenAI's wire
 protocol, its first chunk 1 s after a request, then a chunk every 250 ms for 10 s, as a real
@@ -114,7 +119,13 @@ STOP_SECONDS = 10
 # ETHAN_DRAIN_SECONDS for `ethan serve` here (30 by default): how long a SIGTERM lets the turns
 # whose clients gave up finish before they are stored as interrupted.
 DRAIN_SECONDS = 15
-SERVERS = ("asgi", "gunicorn")
+SERVERS = ("asgi", "gunicorn", "before")
+# The documented serve command: this checkout's, or the --before checkout's.
+SERVE_COMMANDS = ("asgi", "before")
+# What --server names.
+SERVER_SETS = {"both": ("asgi", "gunicorn"), "change": ("asgi", "before")}
+BEFORE: Path | None = None  # --before
+BEFORE_ENV: dict[str, str] = {}  # --before-env
 ARRIVALS = ("burst", "spread")
 MB = 1024 * 1024
 
@@ -168,10 +179,11 @@ class ModelProcess:
 # --- the servers -----------------------------------------------------------------------------
 
 
-def asgi_command(*, port: int, workers: int = 1) -> list[str]:
+def asgi_command(*, port: int, workers: int = 1, checkout: Path | None = None) -> list[str]:
     """The documented serve command (`make serve`, docs/operations.md) on `port`: every door in
-    one process, or in `workers` of them."""
-    command = [str(Path(sys.executable).parent / "ethan"), "serve", "--bind", f"127.0.0.1:{port}"]
+    one process, or in `workers` of them; another checkout's with `checkout`."""
+    bin_dir = checkout / ".venv" / "bin" if checkout else Path(sys.executable).parent
+    command = [str(bin_dir / "ethan"), "serve", "--bind", f"127.0.0.1:{port}"]
     return command if workers == 1 else [*command, "--workers", str(workers)]
 
 
@@ -192,6 +204,17 @@ def gunicorn_command(*, port: int, workers: int) -> list[str]:
 
 
 def server_label(server: str, workers: int, asgi_workers: int = 1) -> str:
+    if server == "before":
+        commit = subprocess.run(
+            ["git", "-C", str(BEFORE), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        settings = " ".join(f"{name}={value}" for name, value in BEFORE_ENV.items())
+        if settings:
+            return f"`ethan serve` at {commit or BEFORE} with {settings}"
+        return f"`ethan serve` at {commit or BEFORE} (the code before the change)"
     if server == "asgi" and asgi_workers > 1:
         return f"`ethan serve --workers {asgi_workers}` (ethan_site.asgi under uvicorn)"
     if server == "asgi":
@@ -246,6 +269,11 @@ class ServeStack(BenchStack):
     def _spawn(self, name: str, command: list[str]) -> None:
         if name == "gunicorn":  # bench.server's web server: the one measured next instead
             name = self.server
+            if name == "before":
+                command = asgi_command(port=self.port, workers=self.asgi_workers, checkout=BEFORE)
+                env = {**self.env, **BEFORE_ENV}
+                super()._spawn(name, command, cwd=BEFORE, env=env)
+                return
             if name == "asgi":
                 command = asgi_command(port=self.port, workers=self.asgi_workers)
             else:
@@ -300,7 +328,7 @@ class ServeStack(BenchStack):
         had to be killed."""
         web = self.web()
         self.processes.remove(web)
-        if web.bench_name == "asgi":  # the graceful drain, as a deployment stops it
+        if web.bench_name in SERVE_COMMANDS:  # the graceful drain, as a deployment stops it
             return _stop_group(web, signal.SIGTERM, wait=DRAIN_SECONDS + STOP_SECONDS)
         return _stop_group(web, signal.SIGQUIT)  # gunicorn's quick shutdown: workers at once
 
@@ -958,7 +986,7 @@ def measure_database(database: str, args) -> dict:
     from bench.server import cpu_note
 
     raise_open_files()
-    servers = SERVERS if args.server == "both" else (args.server,)
+    servers = SERVER_SETS.get(args.server, (args.server,))
     levels = [(level, arrival) for level in args.levels for arrival in arrivals_of(args)]
     turns_cap = max(2_000, 2 * max(args.levels, default=0))
     model = ModelProcess(
@@ -1106,7 +1134,17 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--database", choices=(*DATABASES, "both"), default="sqlite")
-    parser.add_argument("--server", choices=(*SERVERS, "both"), default="both")
+    parser.add_argument("--server", choices=(*SERVERS, *SERVER_SETS), default="both")
+    parser.add_argument(
+        "--before", type=Path, help="a checkout whose `ethan serve` is the server `before`"
+    )
+    parser.add_argument(
+        "--before-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the server `before` only (a setting measured on and off: --before .)",
+    )
     parser.add_argument(
         "--levels",
         type=lambda text: tuple(int(n) for n in re.split(r"[, ]+", text.strip()) if n),
@@ -1158,6 +1196,12 @@ def main(argv: list[str] | None = None) -> int:
         args.first_chunk_ms, args.chunk_ms, args.stream_seconds = 200.0, 100.0, 1.0
     if not args.levels and not args.single:
         parser.error("nothing to measure: give --levels, --single, or both")
+    if "before" in SERVER_SETS.get(args.server, (args.server,)):
+        if args.before is None or not (args.before / ".venv" / "bin" / "ethan").exists():
+            parser.error("--server before/change needs --before CHECKOUT, installed (make install)")
+        global BEFORE
+        BEFORE = args.before.resolve()
+        BEFORE_ENV.update(item.split("=", 1) for item in args.before_env)
     return run_per_database(
         module="bench.concurrent_streams",
         argv=argv,

@@ -254,12 +254,14 @@ class BenchStack:
             ],
         )
 
-    def _spawn(self, name: str, command: list[str]) -> None:
+    def _spawn(
+        self, name: str, command: list[str], *, cwd: Path = ROOT, env: dict | None = None
+    ) -> None:
         log = (self.home / f"{name}.log").open("w")
         process = subprocess.Popen(
             command,
-            cwd=ROOT,
-            env=self.env,
+            cwd=cwd,
+            env=self.env if env is None else env,
             stdout=log,
             stderr=subprocess.STDOUT,
             # Its own process group: stopping it reaches its workers / pool children too.

@@ -1,4 +1,6 @@
-"""WSGI entry point: `gunicorn ethan_site.wsgi:application`."""
+"""WSGI entry point: `gunicorn ethan_site.wsgi:application` (runserver's too). Ethan serves with
+`ethan serve` (ASGI, ethan_site.asgi): under WSGI a turn door's stream is written whole before
+its answer starts (channels_app.web), and every request holds a worker while it runs."""
 
 import os
 

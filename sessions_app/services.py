@@ -487,9 +487,11 @@ def messages_embed(*, session_id: str, limit: int = EMBED_BATCH) -> int:
         neighbours = [own[i] for i in (at - 1, at + 1) if 0 <= i < len(rows)]
         vectors[rows[at][0]] = meaning.combined(own[at], neighbours)
     with transaction.atomic():
-        meaning.rows_write(Message, vectors, name)
-        # The processes holding the owner's vectors read this session's again.
+        # The processes holding the owner's vectors read this session's again. The session's
+        # row first, then its messages': the order a turn takes them (message_append), so that
+        # the two never wait on each other (on PostgreSQL they deadlocked the other way round).
         ChatSession.objects.filter(pk=session_id).update(
             vectors_version=Coalesce(F("vectors_version"), Value(0)) + 1
         )
+        meaning.rows_write(Message, vectors, name)
     return len(after)

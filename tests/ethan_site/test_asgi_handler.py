@@ -129,3 +129,19 @@ def test_a_turn_streamed_through_the_handler_runs_its_database_steps_on_the_turn
     assert names[0] == "started" and names[-1] == "done", names
     assert threads and all(name.startswith("turn-db") for name in threads), threads
     assert Message.objects.filter(content="Stream me a hello").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_json_errors_middleware_answers_on_the_loop_too(settings):
+    """Under ASGI the middleware runs as async code: a body over the limit is refused by its
+    declared length, and an API URL's 404 is JSON, not Django's page."""
+    settings.ETHAN_MAX_BODY_BYTES = 100
+    status, headers, body = _call(
+        "/api/chat", {"Content-Length": "5000", "Content-Type": "application/json"}, "POST"
+    )
+    assert status == 413, body
+    assert "ETHAN_MAX_BODY_BYTES" in json.loads(body)["detail"]
+    status, headers, body = _call("/api/no-such-thing", {})
+    assert status == 404
+    assert headers[b"Content-Type"] == b"application/json"
+    assert json.loads(body) == {"detail": "not found"}

@@ -127,3 +127,22 @@ def test_a_grown_session_is_read_again_from_its_newest_held_row(
         assert held[pk] == pytest.approx(cosine, abs=1e-5)
     with django_assert_max_num_queries(1):  # nothing moved: the versions only
         _scan(owner, "bees")
+
+
+def test_writing_vectors_locks_the_session_before_its_messages(embedder_on, make_session, owner):
+    """The order a turn takes them (message_append: the session's seq, then the previous
+    message's search tokens): the other order deadlocked a turn against the embedding task on
+    PostgreSQL."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    session = make_session(owner, "I keep bees.", "Nice.")
+    with CaptureQueriesContext(connection) as captured:
+        assert services.messages_embed(session_id=session.pk) == 2
+    writes = [
+        q["sql"].split()[1].strip('"')
+        for q in captured.captured_queries
+        if q["sql"].startswith("UPDATE")
+    ]
+    assert writes[0] == "sessions_app_chatsession", writes
+    assert "sessions_app_message" in writes[1:], writes
