@@ -271,7 +271,7 @@ class ServeStack(BenchStack):
             name = self.server
             if name == "before":
                 command = asgi_command(port=self.port, workers=self.asgi_workers, checkout=BEFORE)
-                env = {**self.env, **BEFORE_ENV}
+                env = {**self.env, "PYTHONPATH": str(BEFORE), **BEFORE_ENV}
                 super()._spawn(name, command, cwd=BEFORE, env=env)
                 return
             if name == "asgi":

@@ -14,7 +14,8 @@ import logging
 import os
 import time
 
-from django.core.asgi import get_asgi_application
+import django
+from django.core.handlers.asgi import ASGIHandler
 
 from ethan_shared.config import settings_or_exit
 
@@ -23,9 +24,14 @@ log = logging.getLogger(__name__)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 # A bad setting stops the server with one line naming it, not an error on every request.
 settings_or_exit("ethan (asgi)")
-# Django's own ASGI handler, Django set up: the pages, the admin, /api and /v1, the turn doors
-# among them as async views (channels_app.web).
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
+
+from ethan_site import serving  # noqa: E402
+
+serving.middleware_in_one_hop()
+# Django's own ASGI handler (what get_asgi_application() returns): the pages, the admin, /api and
+# /v1, the turn doors among them as async views (channels_app.web).
+django_application = ASGIHandler()
 
 # Imported once Django is set up: they use its settings and models.
 from django.conf import settings  # noqa: E402
@@ -35,7 +41,6 @@ import embedder  # noqa: E402
 import ethan_llm  # noqa: E402
 from channels_app.mcp_server.server import http_app  # noqa: E402
 from channels_app.turns import TURNS  # noqa: E402
-from ethan_site import serving  # noqa: E402
 from ethan_site.forwarded import forwarded_scope  # noqa: E402
 from ethan_site.health import healthz_asgi  # noqa: E402
 from ethan_site.periodic import PERIODIC  # noqa: E402

@@ -357,7 +357,11 @@ ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
 # passes (Python's 700): a pass stops the event loop, and the older passes go over every open
 # stream (ethan_site.serving._serving_gc). 0 leaves Python's thresholds.
 ETHAN_GC_THRESHOLD = _config.non_negative("ETHAN_GC_THRESHOLD", 20_000)
-# How long each of the server's threads keeps its SQLite connection (ethan_site.asgi).
+# Django's middleware (MiddlewareMixin's) run in one hop to the request's thread under the ASGI
+# server, not one round trip per hook (ethan_site.serving.middleware_in_one_hop). Off: each
+# hook hops, as Django does by default.
+ETHAN_MIDDLEWARE_ONE_HOP = _config.get("ETHAN_MIDDLEWARE_ONE_HOP", True, bool)
+# How long each of the server's threads keeps its SQLite connection (ethan_site.serving).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its
 # processes (set it yourself to run ethan_site.asgi under another server's several workers).

@@ -70,6 +70,29 @@ def _post(path: str, body: dict, headers: dict[str, str]) -> tuple[int, dict[byt
 
 
 @pytest.mark.django_db(transaction=True)
+def test_djangos_middleware_run_in_one_hop_to_the_requests_thread(monkeypatch, owner):
+    """ethan_site.serving.middleware_in_one_hop: a request goes to a thread for
+    request_started, the middleware (every hook, the view with them), request_finished and the
+    response's close, not once more for each hook of each middleware (about sixteen)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rest_framework.authtoken.models import Token
+
+    token = Token.objects.create(user=owner).key
+    submitted: list[str] = []
+    submit = ThreadPoolExecutor.submit
+
+    def counted(self, fn, /, *args, **kwargs):
+        submitted.append(getattr(fn, "__qualname__", repr(fn)))
+        return submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", counted)
+    status, _, body = _call("/api/facts", {"Authorization": f"Token {token}"})
+    assert status == 200, body
+    assert len(submitted) <= 5, submitted
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_turns_answer_that_fails_on_the_loop_is_answered_as_the_middleware_would(
     monkeypatch, owner
 ):
