@@ -107,7 +107,9 @@ def memory_search(
         return groups[0][:limit]
     merged = []
     for hits in groups:
-        best = hits[0].score if hits else 1.0
+        # A kind whose best score is 0 (BM25 over a collection of one document: its words are
+        # in every document) is kept as it scored, not divided by it.
+        best = hits[0].score if hits and hits[0].score > 0 else 1.0
         merged += [(hit.score / best, hit) for hit in hits]
     merged.sort(key=lambda pair: -pair[0])
     return [hit for _normalised, hit in merged[:limit]]

@@ -135,3 +135,17 @@ def test_memory_search_merges_kinds_and_cites_sources(owner, store, make_session
     assert " user] 我喜欢喝咖啡，尤其是美式" in message.cited()
     with pytest.raises(ValueError, match="unknown scope"):
         memory_search(owner=owner, query="x", scope="everything")
+
+
+def test_a_first_conversation_is_searched_without_a_kind_scoring_zero(
+    owner, make_session, embedder_on
+):
+    """A new person's memory: one short session, no fact yet, and a question with no word in
+    it: its messages are found by meaning alone, scored 0. The merge of the kinds ranks such
+    hits as they scored rather than dividing by that 0 (a ZeroDivisionError: a 500 on /v1)."""
+    from agent_app.vectors import vectors_write
+
+    session = make_session(owner, "What is my cat called?", "I don't remember you telling me that.")
+    vectors_write(owner_id=owner.pk, session_id=session.pk)
+    hits = memory_search(owner=owner, query="Where do I live?")
+    assert hits and all(hit.kind == "message" for hit in hits)
