@@ -148,6 +148,20 @@ def on_loop() -> TurnIO:
     return ASYNC
 
 
+async def in_request_thread(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A door's admission (its checks, then turn_open), which may wait up to
+    ETHAN_TURN_WAIT_SECONDS for the turn already running on the session: in Django's thread
+    for the request (the caller's under CALLER), never on the turns' database threads, whose
+    steps the turn it waits for needs to end. On a server its connection is given back when
+    it returns (pooled_connection), not held while the answer streams."""
+    if on_loop() is CALLER:
+        return await CALLER.db(step, *args, **kwargs)
+    result, deferred = await sync_to_async(_in_pool, thread_sensitive=True)(step, *args, **kwargs)
+    if deferred:
+        _in_background(deferred)
+    return result
+
+
 def loop_ends_with_call() -> bool:
     """Whether the running loop is one made for a synchronous caller, which ends when the call
     returns: a task started on it does not outlive the call."""

@@ -4,7 +4,8 @@ ASGI handler, from the socket to the turn and back in one path.
 A door is a DRF view (TurnDoor) whose `post` admits a turn: it checks the request and opens the
 turn (channels_app.turns.turn_open), and returns an Opened, or a DRF Response that refuses. Its
 async view runs DRF's checks (authentication, permissions, throttles) and that `post` as one
-synchronous call where the turns' database steps run (agent_app.turn_io), starts the turn in a
+synchronous call in Django's thread for the request (agent_app.turn_io.in_request_thread: not
+the turns' database threads, since turn_open may wait for another turn), starts the turn in a
 task of its own, then answers on the event loop: one JSON answer once the turn is over, or a
 StreamingHttpResponse of Server-Sent Events as they come. No thread waits while the model
 writes, and a client that leaves stops reading, not the turn.
@@ -81,7 +82,7 @@ class TurnDoor(APIView):
 
     async def _opened(self, request: HttpRequest, args, kwargs) -> HttpResponseBase | Opened:
         io = turn_io.on_loop()
-        admitted = await io.db(self._admission, request, args, kwargs)
+        admitted = await turn_io.in_request_thread(self._admission, request, args, kwargs)
         if isinstance(admitted, Opened):
             through = admitted.through
             admitted.events = consumed(

@@ -137,7 +137,9 @@ def test_the_same_first_message_sent_ten_times_at_once_is_one_session(tmp_path):
     to two processes: one session, the question stored once, every request answered."""
     home = migrated_home(tmp_path / "home")
     token = api_token(home, "ada")
-    with web_server(home, workers=PROCESSES) as server:
+    # All ten wait for the one session at once, each counted under the person's cap in its
+    # process (8 by default) while it waits: the kernel may give one process nine of them.
+    with web_server(home, workers=PROCESSES, ETHAN_TURNS_PER_PERSON="10") as server:
         client = openai.OpenAI(
             base_url=f"http://127.0.0.1:{server.port}/v1", api_key=token, max_retries=0, timeout=60
         )
