@@ -122,6 +122,9 @@ def _in_pool(step: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, list
 def _deferred_run(tasks: list) -> None:
     with pooled_connection():
         queue.deferred_run(tasks)
+        # And what they queued in turn (a pass that found more than it takes queues the next):
+        # no request's end runs this thread's queue.
+        queue.run_deferred()
 
 
 # Deferred tasks running in the loop's default executor: kept so that none is collected mid-run.

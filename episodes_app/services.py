@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from django.utils import timezone
 
@@ -34,11 +34,11 @@ def episode_search_tokens(summary: str, keywords: list[str]) -> str:
     return search_tokens(episode_text(summary, keywords))
 
 
-def episodes_embed(*, owner_id: int, limit: int = 256) -> int:
-    """Write the vectors of the owner's episodes that have none of the configured embedder's,
-    at most `limit`; how many were written. An episode rewritten meanwhile (its session
-    resumed and ended again) is left for the next pass."""
-    episodes = Episode.objects.filter(owner_id=owner_id).order_by("pk")
+def episodes_embed(*, owner_ids: Collection[int], limit: int = 256) -> int:
+    """Write the vectors of these owners' episodes that have none of the configured embedder's,
+    at most `limit`, in one embedding call; how many were written. An episode rewritten
+    meanwhile (its session resumed and ended again) is left for the next pass."""
+    episodes = Episode.objects.filter(owner_id__in=owner_ids).order_by("pk")
     return meaning.pending_embed(episodes, ["summary", "keywords"], episode_text, limit=limit)
 
 

@@ -622,7 +622,7 @@ def facts_embed_new(*, owner_id: int) -> None:
     them as twins (the background's pass would write them after the whole consolidation)."""
     written = services.EMBED_BATCH
     while written == services.EMBED_BATCH:  # a full batch: there may be more
-        written = services.facts_embed(owner_id=owner_id)
+        written = services.facts_embed(owner_ids=[owner_id])
 
 
 def _said_at(sources: list[Message]):

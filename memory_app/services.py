@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 
 from django.conf import settings
@@ -54,12 +54,12 @@ def _words_set(fact: Fact, content: str) -> None:
 EMBED_BATCH = 256
 
 
-def facts_embed(*, owner_id: int, limit: int = EMBED_BATCH) -> int:
-    """Write the vectors of the owner's facts that have none of the configured embedder's
-    (active ones first, then the rest, which an undo can bring back), at most `limit`; how many
-    were written. A fact edited meanwhile is left for the next pass."""
+def facts_embed(*, owner_ids: Collection[int], limit: int = EMBED_BATCH) -> int:
+    """Write the vectors of these owners' facts that have none of the configured embedder's
+    (active ones first, then the rest, which an undo can bring back), at most `limit`, in one
+    embedding call; how many were written. A fact edited meanwhile is left for the next pass."""
     facts = (
-        Fact.objects.filter(owner_id=owner_id)
+        Fact.objects.filter(owner_id__in=owner_ids)
         .annotate(inactive=~Q(status=Fact.Status.ACTIVE))
         .order_by("inactive", "pk")
     )

@@ -527,12 +527,13 @@ def rows_write(
     if not vectors:
         return 0
     if unchanged is None:
-        present = list(model.objects.filter(pk__in=list(vectors)).only("pk"))
-        for row in present:
-            row.embedding = embedder.to_blob(vectors[row.pk])
-            row.embedding_model = name
-        model.objects.bulk_update(present, ["embedding", "embedding_model"], batch_size=500)
-        return len(present)
+        # Rows made from their keys, not read first: an update of a row deleted meanwhile
+        # matches nothing, and bulk_update counts the rows it matched.
+        rows = [
+            model(pk=pk, embedding=embedder.to_blob(vector), embedding_model=name)
+            for pk, vector in vectors.items()
+        ]
+        return model.objects.bulk_update(rows, ["embedding", "embedding_model"], batch_size=500)
     written = 0
     for pk, vector in vectors.items():
         written += model.objects.filter(pk=pk, **unchanged.get(pk, {})).update(

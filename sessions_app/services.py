@@ -6,6 +6,7 @@ import getpass
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Value
+from django.db.models import Exists, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Coalesce, Concat
 from django.utils import timezone
 
@@ -450,7 +451,30 @@ EMBED_BATCH = 256
 def messages_embed(*, session_id: str, limit: int = EMBED_BATCH) -> int:
     """Write the vectors of this session's spoken messages that have none of the configured
     embedder's, oldest first, at most `limit`; returns how many were written (0 when the
-    embedder is off or nothing is pending).
+    embedder is off or nothing is pending). messages_embed_sessions, for one session."""
+    return messages_embed_sessions(session_ids=[session_id], limit=limit).get(session_id, 0)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What one session embeds: `rows` (pk, content), spoken and in order, of which
+    rows[start:end] are written (`count` of them pending until now, the one before them
+    written again) and the others are their neighbours."""
+
+    rows: list[tuple[int, str]]
+    start: int
+    end: int
+    count: int
+
+
+def messages_embed_sessions(
+    *, session_ids: Sequence[str], limit: int = EMBED_BATCH
+) -> dict[str, int]:
+    """Write the vectors of these sessions' spoken messages that have none of the configured
+    embedder's, oldest first, at most `limit` a session, in one embedding call and one
+    transaction; how many each session had written (none when the embedder is off or nothing
+    is pending). The turns a process has just answered are written together this way
+    (agent_app.vectors): one call embeds many texts for much less than one call each.
 
     A message's vector carries its neighbours' text (meaning.combined: the spoken turns before
     and after it), so the spoken message just before the first pending one is written again:
@@ -459,39 +483,52 @@ def messages_embed(*, session_id: str, limit: int = EMBED_BATCH) -> int:
     first without."""
     name = embedder_name()
     if name is None:
-        return 0
-    spoken = Message.objects.filter(session_id=session_id, role__in=SPOKEN).exclude(content="")
-    first = meaning.pending(spoken, name).order_by("seq").values_list("seq", flat=True)[:1]
-    first = first[0] if first else None
-    if first is None:
-        return 0
-    # The two spoken turns before the first pending one: the one written again, and its own
-    # previous turn, its context.
-    before = list(spoken.filter(seq__lt=first).order_by("-seq").values_list("pk", "content")[:2])[
-        ::-1
-    ]
-    after = list(spoken.filter(seq__gte=first).order_by("seq").values_list("pk", "content")[:limit])
-    # And the turn after the last one written, when there is one: its next neighbour.
-    beyond = list(
-        spoken.filter(seq__gt=first).order_by("seq").values_list("pk", "content")[limit : limit + 1]
-    )
-    rows = before + after + beyond
-    found = meaning.vectors_of([content for _pk, content in rows])
+        return {}
+    pending = {}
+    for session_id in session_ids:
+        found = _pending_rows(session_id, name, limit)
+        if found is not None:
+            pending[session_id] = found
+    if not pending:
+        return {}
+    found = meaning.vectors_of([content for rows in pending.values() for _pk, content in rows.rows])
     if found is None:
-        return 0
+        return {}
     name, own = found
-    written_from = max(0, len(before) - 1)  # the turn just before the first pending one
-    written_to = len(before) + len(after)
     vectors = {}
-    for at in range(written_from, written_to):
-        neighbours = [own[i] for i in (at - 1, at + 1) if 0 <= i < len(rows)]
-        vectors[rows[at][0]] = meaning.combined(own[at], neighbours)
+    offset = 0
+    for rows in pending.values():
+        for at in range(rows.start, rows.end):
+            neighbours = [own[offset + i] for i in (at - 1, at + 1) if 0 <= i < len(rows.rows)]
+            vectors[rows.rows[at][0]] = meaning.combined(own[offset + at], neighbours)
+        offset += len(rows.rows)
     with transaction.atomic():
-        # The processes holding the owner's vectors read this session's again. The session's
-        # row first, then its messages': the order a turn takes them (message_append), so that
-        # the two never wait on each other (on PostgreSQL they deadlocked the other way round).
-        ChatSession.objects.filter(pk=session_id).update(
+        # The processes holding the owners' vectors read these sessions' again. The sessions'
+        # rows first, then their messages': the order a turn takes them (message_append), so
+        # that the two never wait on each other (on PostgreSQL they deadlocked the other way
+        # round).
+        ChatSession.objects.filter(pk__in=sorted(pending)).update(
             vectors_version=Coalesce(F("vectors_version"), Value(0)) + 1
         )
         meaning.rows_write(Message, vectors, name)
-    return len(after)
+    return {session_id: rows.count for session_id, rows in pending.items()}
+
+
+def _pending_rows(session_id: str, name: str, limit: int) -> _Pending | None:
+    """The session's rows to embed (in two queries), or None when none is pending."""
+    spoken = Message.objects.filter(session_id=session_id, role__in=SPOKEN).exclude(content="")
+    first = Subquery(meaning.pending(spoken, name).order_by("seq").values("seq")[:1])
+    # The first `limit` from the first pending one, and the one after them: its next neighbour.
+    after = list(
+        spoken.filter(seq__gte=first).order_by("seq").values_list("pk", "content")[: limit + 1]
+    )
+    if not after:
+        return None
+    # The two spoken turns before the first pending one: the one written again, and its own
+    # previous turn, its context.
+    before = list(spoken.filter(seq__lt=first).order_by("-seq").values_list("pk", "content")[:2])
+    before.reverse()
+    count = min(len(after), limit)
+    return _Pending(
+        rows=before + after, start=max(0, len(before) - 1), end=len(before) + count, count=count
+    )

@@ -54,7 +54,7 @@ def _per_owner(model: type, embed: Callable[..., int]) -> Callable[[int], Iterat
         yield ReindexStep(total=total, done=0, changed=0)
         for owner_id in get_user_model().objects.order_by("pk").values_list("pk", flat=True):
             while True:
-                written = embed(owner_id=owner_id, limit=batch)
+                written = embed(owner_ids=[owner_id], limit=batch)
                 done += written
                 if written:
                     yield ReindexStep(total=total, done=min(done, total), changed=written)
