@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -154,6 +155,12 @@ class TurnsWaiting:
     them instead of eleven each. In a Celery worker, which runs one task at a time, every
     batch is one turn's.
 
+    A serving process also lingers (`linger` seconds, ETHAN_VECTORS_LINGER_MS, set by
+    ethan_site.serving) before it takes a batch that is not full: turns end one at a time, so
+    without it a process under a steady stream of turns writes each alone, the last batch done
+    before the next turn ends. No one waits for this: the turns have answered. The console and
+    a test write at once.
+
     What a batch takes is gone from here even if writing it fails: the rows stay pending in
     the database, where the session's next turn and the catch-up sweep find them."""
 
@@ -161,6 +168,7 @@ class TurnsWaiting:
         self._lock = threading.Lock()  # guards _waiting
         self._writing = threading.Lock()  # held by the one thread writing
         self._waiting: dict[str, int] = {}  # session id -> owner id, oldest first
+        self.linger = 0.0
 
     def write(self, *, owner_id: int, session_id: str) -> Written:
         """Add this session, and write what is waiting unless another thread is; what this
@@ -171,6 +179,8 @@ class TurnsWaiting:
         failed = None
         while self._writing.acquire(blocking=False):
             try:
+                if self.linger and len(self._waiting) < BATCH_SESSIONS:
+                    time.sleep(self.linger)  # the turns ending meanwhile join this batch
                 written += vectors_write_sessions(self._take())
             except Exception as exc:  # raised below, once the others waiting are written
                 failed = failed or exc

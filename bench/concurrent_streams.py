@@ -60,7 +60,9 @@ p50 and p95 over every stream (one with no delta by the timeout counts as longer
 with its two parts, before the model (request sent → the model has it) and after (the model's
 first chunk → the client reads its delta); GET /healthz every 100 ms, p99 (unanswered 5 s after
 the level's end: longer than the run); the CPU seconds of the server's process group (gunicorn's
-arbiter and workers, uvicorn's one process, or its supervisor and workers) and its RSS, the
+arbiter and workers, uvicorn's one process, or its supervisor and workers), from the level's
+start until it is idle again (settle: the memory work its turns queued in-process, done even
+when it lagged behind the streams; on PostgreSQL a Celery worker does it) and its RSS, the
 peak over the level less the warmed-up start divided by the most streams open at once (headers
 read, not finished) as memory per open stream. A line of single streams per server (one at a
 time, `--single` of them, endpoints alternating) gives the added time with nothing else running.
@@ -692,10 +694,12 @@ async def run_level(
     stop.set()
     await asyncio.gather(*watchers)
     records = await model.records(clients.http)
+    settled = await settle(server_pgid) if server_pgid is not None else 0.0
     return {
         "level": level,
         "arrival": arrival,
         "wall": wall,
+        "settled": settled,
         "streams": [asdict(s) for s in streams],
         "model": records,
         "healthz_ms": healthz,
@@ -706,6 +710,27 @@ async def run_level(
         "rss_peak": peak["rss"],
         "open_peak": peak["open"],
     }
+
+
+# The server is idle again when a second of it costs less than this much CPU; it is given at
+# most SETTLE_SECONDS to get there.
+IDLE_CPU_RATE = 0.05
+SETTLE_SECONDS = 60.0
+
+
+async def settle(pgid: int) -> float:
+    """Wait until the server's background work after a level (the memory work its turns
+    queued: vectors, consolidation) is done, so that the level's CPU counts it, however far
+    it lagged behind the streams; how long that took."""
+    started = time.monotonic()
+    last = process_group_cpu(pgid)
+    while time.monotonic() - started < SETTLE_SECONDS:
+        await asyncio.sleep(1.0)
+        now = process_group_cpu(pgid)
+        if now - last < IDLE_CPU_RATE:
+            break
+        last = now
+    return time.monotonic() - started
 
 
 async def run_single(

@@ -8,6 +8,8 @@ gets its own back).
   passes come less often (_serving_gc).
 - SQLite connections kept by the server's threads (ETHAN_SQLITE_KEEP_SECONDS), not reopened at
   every step (_threads_keep_connections).
+- The vectors of the turns it answers written in batches (ETHAN_VECTORS_LINGER_MS,
+  _vectors_in_batches).
 
 Also per process, and kept where it acts: the turns' database threads' nice value
 (ETHAN_THREAD_NICENESS, ethan_shared.threads).
@@ -36,11 +38,24 @@ _unserved: dict[str, object] = {}
 def tuning_apply() -> None:
     _serving_gc(True)
     _threads_keep_connections(True)
+    _vectors_in_batches(True)
 
 
 def tuning_undo() -> None:
+    _vectors_in_batches(False)
     _threads_keep_connections(False)
     _serving_gc(False)
+
+
+def _vectors_in_batches(serving: bool) -> None:
+    """While it serves, the process waits ETHAN_VECTORS_LINGER_MS milliseconds before it writes the
+    vectors of the turns that ended (agent_app.vectors.TurnsWaiting), so that those ending
+    meanwhile go in the same batch: one embedding call and a few statements for all of them.
+    Measured with bench.concurrent_streams, 300 streams spread (docs/benchmarks/streams.md).
+    Elsewhere (the console, a Celery worker's one task at a time) nothing would join."""
+    from agent_app.vectors import TURNS_WAITING
+
+    TURNS_WAITING.linger = settings.ETHAN_VECTORS_LINGER_MS / 1000 if serving else 0.0
 
 
 def _threads_keep_connections(serving: bool) -> None:

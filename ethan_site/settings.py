@@ -363,6 +363,9 @@ ETHAN_GC_THRESHOLD = _config.non_negative("ETHAN_GC_THRESHOLD", 20_000)
 ETHAN_MIDDLEWARE_ONE_HOP = _config.get("ETHAN_MIDDLEWARE_ONE_HOP", True, bool)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.serving).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
+# Milliseconds the server waits to write the vectors of the turns that ended, so that those ending
+# meanwhile are written in the same batch (ethan_site.serving). 0: each at once.
+ETHAN_VECTORS_LINGER_MS = _config.non_negative("ETHAN_VECTORS_LINGER_MS", 500)
 # How many processes serve the doors on one port: `ethan serve --workers N` sets it for its
 # processes (set it yourself to run ethan_site.asgi under another server's several workers).
 # The kernel gives each connection to any of them, so with more than one /mcp is stateless:

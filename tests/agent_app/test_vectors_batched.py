@@ -62,71 +62,63 @@ def test_a_pass_that_stops_at_its_limit_gives_the_last_message_its_next_neighbou
     assert name == embedder_name()
 
 
+class _HeldWriter:
+    """A TurnsWaiting whose first batch (session "a", written in a thread of its own) is held
+    until `release`, and fails with `error` if one is given; the batches it was handed."""
+
+    def __init__(self, monkeypatch, error: Exception | None = None):
+        self.batches = []
+        self.writing = threading.Event()
+        self.go_on = threading.Event()
+        self.error = error
+        self.first = {}
+        monkeypatch.setattr(vectors, "vectors_write_sessions", self._write)
+        self.waiting = TurnsWaiting()
+        self.thread = threading.Thread(target=self._first)
+        self.thread.start()
+        assert self.writing.wait(10)
+
+    def _write(self, sessions):
+        self.batches.append(dict(sessions))
+        if len(self.batches) == 1:
+            self.writing.set()
+            assert self.go_on.wait(10)
+            if self.error is not None:
+                raise self.error
+        return Written(messages=len(sessions))
+
+    def _first(self):
+        try:
+            self.first["written"] = self.waiting.write(owner_id=1, session_id="a")
+        except Exception as exc:
+            self.first["raised"] = exc
+
+    def release(self):
+        self.go_on.set()
+        self.thread.join(10)
+
+
 def test_a_session_added_while_another_thread_writes_is_written_by_that_thread(monkeypatch):
     """The thread that finds the writer busy leaves its session and returns at once; the
     writer looks again after its batch and writes it: nothing waits for the next turn."""
-    batches = []
-    writing = threading.Event()
-    go_on = threading.Event()
-
-    def write(sessions):
-        batches.append(dict(sessions))
-        if len(batches) == 1:
-            writing.set()
-            assert go_on.wait(10)
-        return Written(messages=len(sessions))
-
-    monkeypatch.setattr(vectors, "vectors_write_sessions", write)
-    waiting = TurnsWaiting()
-    first = {}
-    writer = threading.Thread(
-        target=lambda: first.update(w=waiting.write(owner_id=1, session_id="a"))
-    )
-    writer.start()
+    held = _HeldWriter(monkeypatch)
     try:
-        assert writing.wait(10)
-        assert waiting.write(owner_id=2, session_id="b") == Written()
-        assert waiting.write(owner_id=2, session_id="c") == Written()
+        assert held.waiting.write(owner_id=2, session_id="b") == Written()
+        assert held.waiting.write(owner_id=2, session_id="c") == Written()
     finally:
-        go_on.set()
-        writer.join(10)
-    assert batches == [{"a": 1}, {"b": 2, "c": 2}]
-    assert first["w"] == Written(messages=3)
+        held.release()
+    assert held.batches == [{"a": 1}, {"b": 2, "c": 2}]
+    assert held.first == {"written": Written(messages=3)}
 
 
 def test_a_failed_batch_leaves_no_session_behind_and_is_raised_after(monkeypatch):
-    batches = []
-    writing = threading.Event()
-    go_on = threading.Event()
-
-    def write(sessions):
-        batches.append(dict(sessions))
-        if len(batches) == 1:
-            writing.set()
-            assert go_on.wait(10)
-            raise RuntimeError("the embedder failed")
-        return Written(messages=len(sessions))
-
-    monkeypatch.setattr(vectors, "vectors_write_sessions", write)
-    waiting = TurnsWaiting()
-    raised = []
-
-    def first():
-        try:
-            waiting.write(owner_id=1, session_id="a")
-        except RuntimeError as exc:
-            raised.append(exc)
-
-    writer = threading.Thread(target=first)
-    writer.start()
+    held = _HeldWriter(monkeypatch, error=RuntimeError("the embedder failed"))
     try:
-        assert writing.wait(10)
-        waiting.write(owner_id=2, session_id="b")
+        held.waiting.write(owner_id=2, session_id="b")
     finally:
-        go_on.set()
-        writer.join(10)
-    assert batches == [{"a": 1}, {"b": 2}]
-    assert [str(exc) for exc in raised] == ["the embedder failed"]
+        held.release()
+    assert held.batches == [{"a": 1}, {"b": 2}]
+    assert str(held.first["raised"]) == "the embedder failed"
 
 
 def test_a_batch_takes_at_most_batch_sessions(monkeypatch):
@@ -139,3 +131,33 @@ def test_a_batch_takes_at_most_batch_sessions(monkeypatch):
     waiting._waiting.update({"a": 1, "b": 1, "c": 1, "d": 1})  # four left by busy threads
     waiting.write(owner_id=1, session_id="e")
     assert batches == [["a", "b"], ["c", "d"], ["e"]]
+
+
+def test_a_serving_process_lingers_so_that_turns_ending_meanwhile_join_the_batch(monkeypatch):
+    batches = []
+    monkeypatch.setattr(
+        vectors, "vectors_write_sessions", lambda s: batches.append(list(s)) or Written()
+    )
+    waiting = TurnsWaiting()
+    waiting.linger = 0.5
+    writer = threading.Thread(target=lambda: waiting.write(owner_id=1, session_id="a"))
+    writer.start()
+    try:
+        while not waiting._writing.locked():
+            threading.Event().wait(0.01)
+        waiting.write(owner_id=2, session_id="b")  # ends while the writer lingers
+    finally:
+        writer.join(10)
+    assert batches == [["a", "b"]]
+
+
+def test_serving_sets_the_linger_and_gives_it_back(settings):
+    from ethan_site import serving
+
+    settings.ETHAN_VECTORS_LINGER_MS = 250
+    serving.tuning_apply()
+    try:
+        assert vectors.TURNS_WAITING.linger == 0.25
+    finally:
+        serving.tuning_undo()
+    assert vectors.TURNS_WAITING.linger == 0.0
