@@ -741,6 +741,7 @@ async def run_single(
     load adds)."""
     await warm_up(clients, workers)
     await model.records(clients.http)
+    await settle(server_pgid)  # the warm-up's memory work done: it is not the idle's
     # What the server spends doing nothing (its timers, uvicorn's supervisor), taken out of
     # the streams' CPU: with 11 s streams it would be most of it.
     idle_before = process_group_cpu(server_pgid)
@@ -749,6 +750,7 @@ async def run_single(
     cpu_before = process_group_cpu(server_pgid)
     started = time.monotonic()
     streams = [await clients.stream(endpoint_of(i)) for i in range(count)]
+    await settle(server_pgid)
     spent = process_group_cpu(server_pgid) - cpu_before
     return {
         "streams": [asdict(s) for s in streams],
