@@ -44,8 +44,19 @@ T = TypeVar("T")
 
 
 class TurnIO(Protocol):
+    # Whether the loop ends when the call it was made for returns (CALLER): a task started on
+    # it does not outlive the call, so a door's stream is read whole before its view returns.
+    ends_with_call: bool
+
     async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one database step (a function that opens its own transaction, if any)."""
+        ...
+
+    async def in_request_thread(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a door's admission (its checks, then turn_open), which may wait up to
+        ETHAN_TURN_WAIT_SECONDS for the turn already running on the session: in Django's
+        thread for the request (the caller's, under CALLER), never on the turns' database
+        threads, whose steps the turn it waits for needs to end."""
         ...
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
@@ -54,14 +65,20 @@ class TurnIO(Protocol):
 
 
 class _SyncIO:
+    ends_with_call = False
+
     async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return step(*args, **kwargs)
+
+    in_request_thread = db
 
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
         return unsuspending(ethan_llm.stream(**request))
 
 
 class _AsyncIO:
+    ends_with_call = False
+
     async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # A step is never cut in half: a turn stopped while one runs (a shutdown's limit)
         # waits for it to end, then stops. The thread would finish it anyway; waiting lets
@@ -81,13 +98,27 @@ class _AsyncIO:
             _in_background(deferred)
         return result
 
+    async def in_request_thread(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        # Its connection is given back when it returns (pooled_connection), not held while the
+        # answer streams.
+        result, deferred = await sync_to_async(_in_pool, thread_sensitive=True)(
+            step, *args, **kwargs
+        )
+        if deferred:
+            _in_background(deferred)
+        return result
+
     def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
         return ethan_llm.astream(**request)
 
 
 class _CallerIO:
+    ends_with_call = True
+
     async def db(self, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await sync_to_async(step, thread_sensitive=True)(*args, **kwargs)
+
+    in_request_thread = db
 
     async def model(self, **request: Any) -> AsyncIterator[StreamEvent]:
         # The loop serves this one call, so the synchronous client may block it; it is given a
@@ -149,26 +180,6 @@ def on_loop() -> TurnIO:
     if asyncio.get_running_loop() in AsyncToSync.loop_thread_executors:
         return CALLER
     return ASYNC
-
-
-async def in_request_thread(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """A door's admission (its checks, then turn_open), which may wait up to
-    ETHAN_TURN_WAIT_SECONDS for the turn already running on the session: in Django's thread
-    for the request (the caller's under CALLER), never on the turns' database threads, whose
-    steps the turn it waits for needs to end. On a server its connection is given back when
-    it returns (pooled_connection), not held while the answer streams."""
-    if on_loop() is CALLER:
-        return await CALLER.db(step, *args, **kwargs)
-    result, deferred = await sync_to_async(_in_pool, thread_sensitive=True)(step, *args, **kwargs)
-    if deferred:
-        _in_background(deferred)
-    return result
-
-
-def loop_ends_with_call() -> bool:
-    """Whether the running loop is one made for a synchronous caller, which ends when the call
-    returns: a task started on it does not outlive the call."""
-    return on_loop() is CALLER
 
 
 def unsuspending(events: Iterator[T]) -> AsyncIterator[T]:

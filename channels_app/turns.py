@@ -45,6 +45,7 @@ from agent_app.turn import (
     turn_start,
 )
 from ethan_shared.pooled import pooled_connection
+from sessions_app.models import ChatSession
 from sessions_app.selectors import question_reply, session_locked
 from sessions_app.services import SessionBusy
 
@@ -353,7 +354,7 @@ class TurnFailed(Exception):
     """A turn that did not finish, for the callers that want one answer (turn_run): the
     Failed event, and the session its user message is stored in."""
 
-    def __init__(self, failed: Failed, session):
+    def __init__(self, failed: Failed, session: ChatSession):
         super().__init__(failed.detail)
         self.failed = failed
         self.session = session
@@ -361,7 +362,7 @@ class TurnFailed(Exception):
 
 @dataclass(frozen=True)
 class TurnResult:
-    session: Any
+    session: ChatSession
     reply: str  # what the turn showed (Shown.text)
     path: str
     model: str

@@ -4,7 +4,7 @@ ASGI handler, from the socket to the turn and back in one path.
 A door is a DRF view (TurnDoor) whose `post` admits a turn: it checks the request and opens the
 turn (channels_app.turns.turn_open), and returns an Opened, or a DRF Response that refuses. Its
 async view runs DRF's checks (authentication, permissions, throttles) and that `post` as one
-synchronous call in Django's thread for the request (agent_app.turn_io.in_request_thread: not
+synchronous call in Django's thread for the request (TurnIO.in_request_thread: not
 the turns' database threads, since turn_open may wait for another turn), starts the turn in a
 task of its own, then answers on the event loop: one JSON answer once the turn is over, or a
 StreamingHttpResponse of Server-Sent Events as they come. No thread waits while the model
@@ -53,7 +53,6 @@ class Opened:
     lines: Lines | None = None
     through: Through | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    events: AsyncIterator[TurnEvent] | None = None  # once started
 
     def __post_init__(self) -> None:
         assert (self.answer is None) != (self.lines is None), "a turn is answered once or streamed"
@@ -67,12 +66,13 @@ class TurnDoor(APIView):
     def as_view(cls, **initkwargs: Any) -> Callable[..., Awaitable[HttpResponseBase]]:
         async def door(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             view = cls(**initkwargs)
+            io = turn_io.on_loop()
             # Shielded: a turn opened is started, even when the client left meanwhile (Django
             # then cancels the view), so its place under the caps is given back at its end.
-            admitted = await asyncio.shield(view._opened(request, args, kwargs))
+            admitted = await asyncio.shield(view._opened(io, request, args, kwargs))
             if isinstance(admitted, HttpResponseBase):
                 return admitted
-            return await _answered(admitted)
+            return await _answered(*admitted, io)
 
         # What DRF's as_view() gives its view, read by the schema (drf-spectacular).
         door.cls = cls
@@ -80,15 +80,17 @@ class TurnDoor(APIView):
         # DRF's authentication enforces CSRF itself, for a session's cookie only.
         return csrf_exempt(door)
 
-    async def _opened(self, request: HttpRequest, args, kwargs) -> HttpResponseBase | Opened:
-        io = turn_io.on_loop()
-        admitted = await turn_io.in_request_thread(self._admission, request, args, kwargs)
-        if isinstance(admitted, Opened):
-            through = admitted.through
-            admitted.events = consumed(
-                admitted.turn, (lambda e: through(e, io)) if through is not None else None
-            )
-        return admitted
+    async def _opened(
+        self, io: turn_io.TurnIO, request: HttpRequest, args, kwargs
+    ) -> HttpResponseBase | tuple[Opened, AsyncIterator[TurnEvent]]:
+        """The door's refusal, or the turn it opened and the turn's events, started."""
+        admitted = await io.in_request_thread(self._admission, request, args, kwargs)
+        if not isinstance(admitted, Opened):
+            return admitted
+        through = admitted.through
+        return admitted, consumed(
+            admitted.turn, (lambda e: through(e, io)) if through is not None else None
+        )
 
     def _admission(self, request: HttpRequest, args, kwargs) -> HttpResponseBase | Opened:
         """DRF's dispatch (APIView.dispatch, through its documented hooks) up to the handler's
@@ -116,16 +118,18 @@ class TurnDoor(APIView):
         return response
 
 
-async def _answered(opened: Opened) -> HttpResponseBase:
+async def _answered(
+    opened: Opened, events: AsyncIterator[TurnEvent], io: turn_io.TurnIO
+) -> HttpResponseBase:
     if opened.lines is not None:
-        lines = opened.lines(opened.events)
-        if turn_io.loop_ends_with_call():
+        lines = opened.lines(events)
+        if io.ends_with_call:
             lines = [line async for line in lines]
         response: HttpResponseBase = StreamingHttpResponse(
             lines, content_type="text/event-stream", headers=EVENT_STREAM_HEADERS
         )
     else:
-        response = await opened.answer(opened.events)
+        response = await opened.answer(events)
     for name, value in opened.headers.items():
         response[name] = value
     return response

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,79 +52,8 @@ def is_loaded() -> bool:
 
 
 def embed(texts: Sequence[str]) -> np.ndarray:
-    """(n, 512) float32, L2-normalised. Query and document are embedded alike.
-
-    Calls made at the same time from several threads are encoded together (_Calls): one
-    encode of n texts costs far less than n encodes of one (2.9 ms for one text here, about
-    1.1 ms a text in a batch: the last layers read all their weights for any number of texts),
-    and a busy server's turns each embed their query at about the same time."""
+    """(n, 512) float32, L2-normalised. Query and document are embedded alike."""
     if not texts:
         return np.zeros((0, DIM), dtype=np.float32)
-    return _CALLS.encode([text[:MAX_CHARS] for text in texts])
-
-
-@dataclass
-class _Call:
-    texts: list[str]
-    done: bool = False
-    vectors: np.ndarray | None = None
-    error: BaseException | None = None
-
-
-class _Calls:
-    """One thread encodes at a time, the texts of the calls waiting when it starts, its own
-    among them; the calls that come meanwhile wait, and the next of their threads to wake
-    encodes them all. A call alone is encoded at once."""
-
-    # Texts one encode takes at most (the encoder cuts its batches by tokens anyway).
-    BATCH = 256
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()  # guards everything below
-        self._busy = False
-        self._waiting: list[_Call] = []
-
-    def encode(self, texts: list[str]) -> np.ndarray:
-        call = _Call(texts)
-        with self._changed:
-            self._waiting.append(call)
-        while True:
-            with self._changed:
-                while self._busy and not call.done:
-                    self._changed.wait()
-                if call.done:
-                    break
-                self._busy = True
-                taken = self._take()
-            vectors, error = None, None
-            try:
-                vectors = np.asarray(
-                    _loaded().encode([text for each in taken for text in each.texts]),
-                    dtype=np.float32,
-                )
-            except BaseException as exc:  # each call's own thread raises it
-                error = exc
-            with self._changed:
-                start = 0
-                for each in taken:
-                    if error is None:
-                        each.vectors = vectors[start : start + len(each.texts)]
-                    each.error = error
-                    each.done = True
-                    start += len(each.texts)
-                self._busy = False
-                self._changed.notify_all()
-        if call.error is not None:
-            raise call.error
-        return call.vectors
-
-    def _take(self) -> list[_Call]:
-        """The calls waiting, oldest first, up to BATCH texts (one call at least)."""
-        taken, count = [], 0
-        while self._waiting and (not taken or count + len(self._waiting[0].texts) <= self.BATCH):
-            taken.append(self._waiting.pop(0))
-            count += len(taken[-1].texts)
-        return taken
-
-
-_CALLS = _Calls()
+    vectors = _loaded().encode([text[:MAX_CHARS] for text in texts])
+    return np.asarray(vectors, dtype=np.float32)

@@ -23,7 +23,6 @@ import re
 from http import HTTPStatus
 from urllib.parse import quote
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.signals import setting_changed
@@ -32,6 +31,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views.debug import ExceptionReporter, SafeExceptionReporterFilter
 
 from ethan_shared.api import openai_error
+from ethan_site.hybrid import HybridMiddleware
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +67,18 @@ def _error(request: HttpRequest, status: int, detail: str) -> JsonResponse:
     return json_error(status, detail)
 
 
-class JsonErrorsMiddleware:
+class JsonErrorsMiddleware(HybridMiddleware):
     """Every API and webhook error as JSON: `{"detail": …}`, OpenAI's shape under /v1/.
 
-    Sync and async (Django's documented hybrid middleware): its checks read only the request's
-    headers and the answer's status, so under ASGI they run on the event loop, where
-    MiddlewareMixin would send each of its two hooks to a thread and back."""
-
-    sync_capable = True
-    async_capable = True
+    Sync and async (ethan_site.hybrid): its checks read only the request's headers and the
+    answer's status, so under ASGI they run on the event loop, where MiddlewareMixin would
+    send each of its two hooks to a thread and back."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        self.hybrid_init(get_response)
 
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
+    def _call(self, request: HttpRequest) -> HttpResponse:
         refused = self.process_request(request)
         return self.process_response(request, refused or self.get_response(request))
 

@@ -8,25 +8,20 @@ served as WhiteNoise serves it (opening the file in a thread), everything else p
 
 from __future__ import annotations
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
 
+from ethan_site.hybrid import HybridMiddleware
 
-class StaticFilesMiddleware(WhiteNoiseMiddleware):
-    sync_capable = True
-    async_capable = True
 
+class StaticFilesMiddleware(HybridMiddleware, WhiteNoiseMiddleware):
     def __init__(self, get_response=None, **kwargs):
         super().__init__(get_response, **kwargs)
-        self.is_async = iscoroutinefunction(get_response)
-        if self.is_async:
-            markcoroutinefunction(self)
+        self.hybrid_init(get_response)
 
-    def __call__(self, request: HttpRequest):
-        if self.is_async:
-            return self._acall(request)
-        return super().__call__(request)
+    def _call(self, request: HttpRequest) -> HttpResponse:
+        return WhiteNoiseMiddleware.__call__(self, request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponse:
         static_file = (

@@ -34,14 +34,19 @@ class Claim:
         self.token = uuid.uuid4().hex
         self.wanted = list(dict.fromkeys(session_ids))
         self.held: set[str] = set()
+        self._rows_made = False
 
     def _until(self):
         return timezone.now() + timedelta(seconds=settings.ETHAN_MEMORY_CLAIM_SECONDS)
 
     def take(self) -> set[str]:
         """Claim every wanted session that is free (or whose claim ran out); the sessions held."""
-        for session_id in self.wanted:
-            WorkingState.objects.get_or_create(session_id=session_id)
+        if not self._rows_made:  # once, not at every poll of a claim that waits
+            WorkingState.objects.bulk_create(
+                [WorkingState(session_id=session_id) for session_id in self.wanted],
+                ignore_conflicts=True,
+            )
+            self._rows_made = True
         free = Q(claimed_by="") | Q(claimed_until__lt=timezone.now())
         WorkingState.objects.filter(Q(session_id__in=self.wanted) & free).update(
             claimed_by=self.token, claimed_until=self._until()

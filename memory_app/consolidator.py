@@ -83,32 +83,43 @@ def consolidation_run(
     if session is None:
         return report  # deleted since the task was queued
     config = config or memory_config()
-    while _work_next(session, config) is not None:
+    while _work_next(session, config)[0] is not None:
         with memory_work_claimed([session.pk]) as claim:
             if not claim.held:
                 log.info("%s: its memory work is another worker's", session.pk)
                 return report
-            while claim.renew() and (work := _work_next(session, config)) is not None:
-                state = _state(session)
-                STEPS[work](session, state, config, report)
-                if _cursors(_state(session)) == _cursors(state):
-                    log.warning("%s: %s moved no cursor; left for the next run", session.pk, work)
+            done = None  # the step before, and the cursors it started from
+            while claim.renew():
+                work, state = _work_next(session, config)
+                if done is not None and _cursors(state) == done[1]:
+                    log.warning(
+                        "%s: %s moved no cursor; left for the next run", session.pk, done[0]
+                    )
                     return report
+                if work is None:
+                    break
+                done = (work, _cursors(state))
+                STEPS[work](session, state, config, report)
         # Work that came in while we held the claim, after our last look, was left to us by
         # the worker that found the session claimed: look again now that it is free.
     return report
 
 
-def _work_next(session: ChatSession, config: MemoryConfig) -> str | None:
+def _work_next(
+    session: ChatSession, config: MemoryConfig
+) -> tuple[str | None, WorkingState | None]:
+    """The session's next memory work (None: none due), and its state as read to decide it
+    (None before its first claim made the row)."""
     session.refresh_from_db(fields=["round_count"])
     state = WorkingState.objects.filter(session=session).first()
-    return work_due(
+    work = work_due(
         round_count=session.round_count,
         compressed=state.compressed_through if state else 0,
         extracted=state.extracted_through if state else 0,
         folded=state.folded_through if state else 0,
         config=config,
     )
+    return work, state
 
 
 def _cursors(state: WorkingState) -> tuple[int, int, int]:
@@ -133,10 +144,6 @@ def consolidation_catch_up() -> int:
         consolidation_run(session_id=session_id)
         count += 1
     return count
-
-
-def _state(session: ChatSession) -> WorkingState:
-    return WorkingState.objects.get(session=session)
 
 
 @dataclass(frozen=True)
