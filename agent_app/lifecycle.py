@@ -149,13 +149,16 @@ def sessions_end_write(*, owner_id: int, now: bool = False) -> int:
     """The owner's ended sessions whose end is still to be consolidated
     (memory_app.working.sessions_ending), when due (ends_due) or `now`. A session that was
     never consolidated (no batch left its hot zone: a short chat) is finished together with
-    the others like it, END_BATCH_MAX_ROUNDS rounds to a call, oldest first; a longer one in a
-    call of its own (session_episode_write), which reads its rolling summary. Returns how many
-    sessions were finished. Safe to repeat and to race: every session's end is claimed."""
+    the others like it, END_BATCH_MAX_ROUNDS rounds to a call, in the order they were had; a
+    longer one in a call of its own (session_episode_write), which reads its rolling summary.
+    Returns how many sessions were finished. Safe to repeat and to race: every session's end
+    is claimed."""
     waiting = list(
         sessions_ending(ChatSession.objects.filter(owner_id=owner_id))
         .select_related("owner")
-        .order_by("ended_at", "pk")
+        # In the order they were had, so that newer news supersedes older: an idle sweep
+        # ends many at the same instant, and ids drawn in the same minute sort at random.
+        .order_by("updated_at", "created_at", "pk")
     )
     if not (now and waiting) and not ends_due(waiting):
         return 0

@@ -179,7 +179,9 @@ class TurnsWaiting:
         failed = None
         while self._writing.acquire(blocking=False):
             try:
-                if self.linger and len(self._waiting) < BATCH_SESSIONS:
+                with self._lock:
+                    full = len(self._waiting) >= BATCH_SESSIONS
+                if self.linger and not full:
                     time.sleep(self.linger)  # the turns ending meanwhile join this batch
                 written += vectors_write_sessions(self._take())
             except Exception as exc:  # raised below, once the others waiting are written
@@ -233,16 +235,25 @@ def vectors_catch_up() -> int:
         .values_list("session_id", "session__owner_id")
         .distinct()
     )
-    written = 0
+    pending = list(sessions)
+    done = Written()
+    for start in range(0, len(pending), BATCH_SESSIONS):
+        done += vectors_write_sessions(dict(pending[start : start + BATCH_SESSIONS]))
+    # Facts and episodes of owners with no recent session: an edit in the admin, an undo.
     owners = set()
-    for session_id, owner_id in sessions:
-        written += messages_embed(session_id=session_id)
-        owners.add(owner_id)
     for model in (Fact, Episode):
-        pending = meaning.pending(model.objects.all(), name)
-        owners |= set(pending.values_list("owner_id", flat=True).distinct()[:100])
-    for owner_id in owners:
-        written += facts_embed(owner_ids=[owner_id]) + episodes_embed(owner_ids=[owner_id])
+        owners |= set(
+            meaning.pending(model.objects.all(), name)
+            .values_list("owner_id", flat=True)
+            .distinct()[:100]
+        )
+    owners = sorted(owners)
+    for start in range(0, len(owners), BATCH_SESSIONS):
+        chunk = owners[start : start + BATCH_SESSIONS]
+        done += Written(
+            facts=facts_embed(owner_ids=chunk), episodes=episodes_embed(owner_ids=chunk)
+        )
+    written = done.messages + done.facts + done.episodes
     if written:
         log.info("vectors catch-up wrote %d vectors", written)
     return written

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agent_app.lifecycle import sessions_finish_idle_task
+from agent_app.lifecycle import sessions_end_write, sessions_finish_idle_task
 from ethan_shared import queue
 from memory_app import confidence
 from memory_app.consolidator import consolidation_run
@@ -195,3 +195,31 @@ def test_someone_elses_home_supersedes_nothing(owner, llm_config):
     second = _said(owner, ["My sister lives in Paris.", "ok", "thanks"])
     consolidation_run(session_id=second.pk, config=SMALL)
     assert Fact.objects.filter(owner=owner, status=Fact.Status.ACTIVE).count() == 2
+
+
+def test_chats_closed_idle_together_are_learnt_in_the_order_they_were_had(owner, llm_config):
+    """Chats closed by the same idle sweep share their end time, and ids drawn in the same
+    minute sort by their random part: the newer news still supersedes the older."""
+    lisbon = session_services.session_start(owner=owner, channel="api", model="offline")
+    lisbon.id = "s_20261206_1200_zzzz"  # sorts after the newer chat's id
+    for text in ["I live in Lisbon.", "ok"]:
+        session_services.message_append(session=lisbon, role="user", content=text)
+        session_services.message_append(session=lisbon, role="assistant", content="OK.")
+    porto = session_services.session_start(owner=owner, channel="api", model="offline")
+    porto.id = "s_20261206_1200_aaaa"
+    for text in ["I live in Porto now.", "ok"]:
+        session_services.message_append(session=porto, role="user", content=text)
+        session_services.message_append(session=porto, role="assistant", content="OK.")
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    ChatSession.objects.filter(pk=lisbon.pk).update(updated_at=an_hour_ago)
+    ChatSession.objects.filter(pk=porto.pk).update(updated_at=an_hour_ago + timedelta(minutes=5))
+    assert sorted(session_services.sessions_close_idle(idle_minutes=30)) == [porto.pk, lisbon.pk]
+    assert (
+        ChatSession.objects.filter(ended_at__isnull=False).values("ended_at").distinct().count()
+        == 1
+    )
+
+    assert sessions_end_write(owner_id=owner.pk, now=True) == 2
+    old = Fact.objects.get(owner=owner, content__contains="Lisbon")
+    assert old.status == Fact.Status.SUPERSEDED
+    assert old.superseded_by.content == "The user lives in Porto now"

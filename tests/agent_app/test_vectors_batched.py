@@ -161,3 +161,26 @@ def test_serving_sets_the_linger_and_gives_it_back(settings):
     finally:
         serving.tuning_undo()
     assert vectors.TURNS_WAITING.linger == 0.0
+
+
+def test_the_catch_up_writes_the_sessions_left_behind_in_one_call(
+    embedder_on, make_session, owner, other_owner, monkeypatch
+):
+    """What failed tasks left in recent sessions is written in one embedding call for all of
+    them, not one call a session."""
+    left = [
+        make_session(owner, "I keep bees.", "Nice."),
+        make_session(other_owner, "My sister lives in Porto.", "Noted."),
+        make_session(owner, "I run on Sundays.", "Good."),
+    ]
+    calls = []
+    vectors_of = meaning.vectors_of
+    monkeypatch.setattr(
+        meaning, "vectors_of", lambda texts: calls.append(texts) or vectors_of(texts)
+    )
+
+    assert vectors.vectors_catch_up() == 6
+    assert len(calls) == 1 and len(calls[0]) == 6
+    for session in left:
+        assert len(_vectors(session)) == 2
+    assert vectors.vectors_catch_up() == 0
