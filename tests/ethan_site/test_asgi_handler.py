@@ -12,6 +12,20 @@ from django.core.handlers.asgi import ASGIHandler
 from ethan_site.asgi import django_application
 
 
+async def _served(scope: dict, receive, send) -> None:
+    """The request, then the turns it started: they go on after the answer (a broken answer
+    does not stop them), as they would on a server's loop. Waited for here, so that the test
+    reads what they stored, not while they write (the in-memory test database refuses a read
+    while another thread writes, where a file database would wait)."""
+    from channels_app.turns import TURNS
+
+    await django_application(scope, receive, send)
+    loop = asyncio.get_running_loop()
+    running = [task for task in TURNS.tasks if task.get_loop() is loop]
+    if running:
+        await asyncio.wait(running, timeout=30)
+
+
 def _call(
     path: str, headers: dict[str, str], method: str = "GET", body: bytes = b""
 ) -> tuple[int, dict[bytes, bytes], bytes]:
@@ -44,7 +58,7 @@ def _call(
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 8000),
     }
-    asyncio.run(django_application(scope, receive, send))
+    asyncio.run(_served(scope, receive, send))
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], dict(start["headers"]), body
