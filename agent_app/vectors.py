@@ -7,7 +7,9 @@ facts_embed, episodes_app's episodes_embed); this module says when, for all thre
   session's new messages, and the owner's facts and episodes that have no vector yet (the
   facts the turn's tools or the consolidation before it wrote, an episode a closed session
   left). The turns a process has finished meanwhile are written with it, in one embedding
-  call and one transaction (TurnsWaiting): under load that is most of what they cost;
+  call and one transaction: under load that is most of what they cost. Embedded, the serving
+  process writes them itself (TurnsWaiting); under a broker it sends them to a worker as one
+  task (TurnsSent);
 - after an import, and when a pass found more than one batch: the owner's whole pending
   history, a batch per task, each task queueing the next;
 - periodically (memory.vectors_catch_up): what a failed task or a broker outage left behind in
@@ -28,12 +30,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from embedder import embedder_name
 from episodes_app.models import Episode
 from episodes_app.services import episodes_embed
-from ethan_shared.queue import enqueue, ethan_task
+from ethan_shared.queue import enqueue, ethan_task, publish
 from memory_app.models import Fact
 from memory_app.services import facts_embed
 from sessions_app import meaning
@@ -76,6 +79,14 @@ def vectors_write_task(owner_id: int, session_id: str | None = None) -> dict:
     return {"messages": written.messages, "facts": written.facts, "episodes": written.episodes}
 
 
+@ethan_task(name="memory.vectors_write_turns")
+def vectors_write_turns_task(sessions: list[list]) -> dict:
+    """The vectors of the turns a serving process finished within one linger (TurnsSent), as
+    [session id, owner id] pairs: one embedding call and one transaction for all of them."""
+    written = vectors_write_sessions({session_id: owner_id for session_id, owner_id in sessions})
+    return {"messages": written.messages, "facts": written.facts, "episodes": written.episodes}
+
+
 @ethan_task(name="memory.vectors_catch_up")
 def vectors_catch_up_task() -> int:
     """Periodic (ethan_site.schedule): vectors left unwritten in recently active sessions."""
@@ -83,8 +94,14 @@ def vectors_catch_up_task() -> int:
 
 
 def vectors_after_turn(*, owner_id: int, session_id: str) -> None:
-    """Queue the vectors of a turn (after it commits), unless the embedder is off."""
-    if embedder_name() is not None:
+    """Queue the vectors of a turn (after it commits), unless the embedder is off: with the
+    turns that end meanwhile when a serving process sends them to a worker (TurnsSent), else
+    on their own (a serving process that writes them itself batches them as it runs them)."""
+    if embedder_name() is None:
+        return
+    if TURNS_SENT.linger:
+        transaction.on_commit(lambda: TURNS_SENT.add(owner_id=owner_id, session_id=session_id))
+    else:
         enqueue(vectors_write_task, owner_id, session_id)
 
 
@@ -206,6 +223,49 @@ class TurnsWaiting:
 
 
 TURNS_WAITING = TurnsWaiting()
+
+
+class TurnsSent:
+    """Under a broker, the sessions whose turns a serving process finished, sent to the workers
+    together: one task (memory.vectors_write_turns) for the turns that ended within `linger`
+    seconds of the first (ETHAN_VECTORS_LINGER_MS, set by ethan_site.serving), sent at once
+    when BATCH_SESSIONS have. A worker runs one task at a time, so with a task a turn every
+    turn was written alone (eleven statements and an embedding call each), and the serving
+    process paid a publish a turn.
+
+    A timer thread sends the batch: the turns have answered by then, and no database thread
+    waits. What is still waiting when serving stops is sent then (flush); a batch lost with
+    its process leaves its rows pending in the database, where the session's next turn and
+    the catch-up sweep find them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards _waiting and _timer
+        self._waiting: dict[str, int] = {}  # session id -> owner id, oldest first
+        self._timer: threading.Timer | None = None
+        self.linger = 0.0
+
+    def add(self, *, owner_id: int, session_id: str) -> None:
+        with self._lock:
+            self._waiting[session_id] = owner_id
+            if self.linger and len(self._waiting) < BATCH_SESSIONS:
+                if self._timer is None:
+                    self._timer = threading.Timer(self.linger, self.flush)
+                    self._timer.start()
+                return
+        self.flush()
+
+    def flush(self) -> None:
+        """Send what is waiting, now."""
+        with self._lock:
+            batch, self._waiting = self._waiting, {}
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()  # nothing to cancel when the timer itself is sending
+        if batch:
+            publish(vectors_write_turns_task, [[s, o] for s, o in batch.items()])
+
+
+TURNS_SENT = TurnsSent()
 
 
 def _messages_pending(*, owner_id: int):

@@ -314,6 +314,10 @@ class ServeStack(BenchStack):
     def web(self) -> subprocess.Popen:
         return next(p for p in self.processes if p.bench_name in SERVERS)
 
+    def worker(self) -> subprocess.Popen | None:
+        """The Celery worker (PostgreSQL), which both servers' turns queue their memory work to."""
+        return next((p for p in self.processes if p.bench_name == "celery"), None)
+
     def start_server(self, server: str) -> None:
         """A fresh `server` on a fresh port, answering /healthz (the running one stopped
         first)."""
@@ -659,6 +663,7 @@ async def run_level(
     arrival: str,
     span: float,
     workers: int,
+    worker_pgid: int | None = None,
 ) -> dict:
     """`level` streams, sent as `arrival` says (send_times), until clients.timeout seconds
     after the last was sent; what each did, /healthz, the server's CPU and memory, and the
@@ -674,6 +679,7 @@ async def run_level(
     rss_before = process_group_rss(server_pgid) if server_pgid else 0
     cpu_before = process_group_cpu(server_pgid) if server_pgid else 0.0
     model_cpu_before = model.cpu_seconds()
+    worker_cpu_before = process_group_cpu(worker_pgid) if worker_pgid else 0.0
     own_before = sum(os.times()[:2])
     watchers = []
     if server_pgid is not None:
@@ -695,6 +701,8 @@ async def run_level(
     await asyncio.gather(*watchers)
     records = await model.records(clients.http)
     settled = await settle(server_pgid) if server_pgid is not None else 0.0
+    if worker_pgid is not None:
+        await settle(worker_pgid)  # the vectors the level's turns sent it, written
     return {
         "level": level,
         "arrival": arrival,
@@ -705,6 +713,7 @@ async def run_level(
         "healthz_ms": healthz,
         "server_cpu": (process_group_cpu(server_pgid) - cpu_before) if server_pgid else None,
         "model_cpu": model.cpu_seconds() - model_cpu_before,
+        "worker_cpu": (process_group_cpu(worker_pgid) - worker_cpu_before) if worker_pgid else None,
         "bench_cpu": sum(os.times()[:2]) - own_before,
         "rss_before": rss_before,
         "rss_peak": peak["rss"],
@@ -968,13 +977,23 @@ def report(results: list[dict], args) -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         problems: dict[str, set[str]] = {}
-        for level in sorted(
-            result["levels"], key=lambda r: (r["level"], r["arrival"], r["server"])
-        ):
+        levels = sorted(result["levels"], key=lambda r: (r["level"], r["arrival"], r["server"]))
+        for level in levels:
             row, level_problems = level_row(level)
             lines.append(row)
             where = f"{level['server']}, {level['arrival']}"
             problems.setdefault(where, set()).update(level_problems)
+        worker_cpu = [
+            f"{level['level']:,} {level['arrival']}, {level['server']}: {level['worker_cpu']:.1f} s"
+            for level in levels
+            if level.get("worker_cpu") is not None
+        ]
+        if worker_cpu:
+            lines += [
+                "",
+                "The Celery worker's CPU in each level, until it was idle again (the memory "
+                f"work the turns sent it: their vectors): {'; '.join(worker_cpu)}.",
+            ]
         for where, seen in problems.items():
             if seen:
                 shown = "; ".join(sorted(seen)[:4])
@@ -1107,8 +1126,10 @@ def measure_server(
     else:
         count, arrival = level
         run = run_level
+        worker = stack.worker()
         kwargs = {
             "server_pgid": stack.web().pid,
+            "worker_pgid": worker.pid if worker is not None else None,
             "level": count,
             "arrival": arrival,
             "span": stream_span(args),

@@ -76,7 +76,7 @@ def enqueue(task: Task, *args: Any) -> None:
     if settings.ETHAN_EMBEDDED:
         transaction.on_commit(lambda: _pending().append((task, args)))
     else:
-        transaction.on_commit(lambda: _send(task, args))
+        transaction.on_commit(lambda: publish(task, *args))
 
 
 # How long a wake-up is remembered when the run it published never starts (the broker lost
@@ -112,7 +112,7 @@ def _wake(task: Task, key: str) -> None:
     except Exception:  # a cache that is down: publish, as if nothing were coalesced
         first = True
     if first:
-        _send(task, ())
+        publish(task)
 
 
 def coalesced_started(key: str) -> None:
@@ -126,10 +126,12 @@ def coalesced_started(key: str) -> None:
         log.warning("could not clear the wake-up %s: %s", key, type(exc).__name__)
 
 
-def _send(task: Task, args: tuple[Any, ...]) -> None:
-    """Publish to the broker. With the broker down, the person still gets their reply: the
-    failure is logged and the work is picked up later (the next turn of that session enqueues
-    its consolidation again, and the `memory.catch_up` sweep finds sessions left behind)."""
+def publish(task: Task, *args: Any) -> None:
+    """Publish `task(*args)` to the broker now, with no transaction to wait for (enqueue waits
+    for the current one, then calls this). With the broker down, the person still gets their
+    reply: the failure is logged and the work is picked up later (the next turn of that
+    session enqueues its consolidation again, and the `memory.catch_up` sweep finds sessions
+    left behind)."""
     try:
         task.apply_async(args=args)
     except Exception as exc:  # kombu/redis connection errors vary by transport and version

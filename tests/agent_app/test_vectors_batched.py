@@ -184,3 +184,114 @@ def test_the_catch_up_writes_the_sessions_left_behind_in_one_call(
     for session in left:
         assert len(_vectors(session)) == 2
     assert vectors.vectors_catch_up() == 0
+
+
+# --- under a broker: the turns a serving process finished, sent to a worker as one task -------
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """What TurnsSent publishes, recorded instead: [(task name, its argument)]."""
+    published: list[tuple[str, list]] = []
+    monkeypatch.setattr(vectors, "publish", lambda task, arg: published.append((task.name, arg)))
+    return published
+
+
+def _until(condition, seconds: float = 10.0) -> bool:
+    waited = threading.Event()
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return True
+        waited.wait(0.01)
+    return condition()
+
+
+def test_turns_ending_within_the_linger_are_sent_as_one_task(sent):
+    turns = vectors.TurnsSent()
+    turns.linger = 0.2
+    turns.add(owner_id=1, session_id="a")
+    turns.add(owner_id=2, session_id="b")
+    turns.add(owner_id=1, session_id="a")  # a second turn of a session: the session once
+    assert sent == []  # not before the linger
+    assert _until(lambda: sent)
+    assert sent == [("memory.vectors_write_turns", [["a", 1], ["b", 2]])]
+    turns.add(owner_id=3, session_id="c")  # after a batch went, the next waits its own linger
+    assert _until(lambda: len(sent) == 2)
+    assert sent[1] == ("memory.vectors_write_turns", [["c", 3]])
+
+
+def test_a_full_batch_is_sent_at_once_and_what_waits_is_sent_by_a_flush(sent):
+    turns = vectors.TurnsSent()
+    turns.linger = 60.0
+    for n in range(vectors.BATCH_SESSIONS):
+        turns.add(owner_id=n, session_id=f"s{n}")
+    assert len(sent) == 1 and len(sent[0][1]) == vectors.BATCH_SESSIONS
+    turns.add(owner_id=1, session_id="late")
+    timer = turns._timer
+    assert timer is not None and timer.is_alive()
+    turns.flush()  # serving stops: sent now, and no timer thread is left behind
+    timer.join(5)
+    assert not timer.is_alive()
+    assert sent[1] == ("memory.vectors_write_turns", [["late", 1]])
+
+
+def test_without_a_linger_each_turn_is_queued_on_its_own(
+    settings, sent, monkeypatch, embedder_on, django_capture_on_commit_callbacks
+):
+    """A process that does not serve (a worker's consolidation, the console) queues a turn's
+    vectors as before; a serving one under a broker hands them to TurnsSent, after the commit."""
+    queued = []
+    monkeypatch.setattr(vectors, "enqueue", lambda task, *args: queued.append((task.name, args)))
+    settings.ETHAN_EMBEDDED = False
+    vectors.vectors_after_turn(owner_id=1, session_id="a")
+    assert queued == [("memory.vectors_write", (1, "a"))]
+    monkeypatch.setattr(vectors.TURNS_SENT, "linger", 60.0)
+    try:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            vectors.vectors_after_turn(owner_id=2, session_id="b")
+        assert vectors.TURNS_SENT._waiting == {}  # nothing before the commit
+        for callback in callbacks:
+            callback()
+        assert vectors.TURNS_SENT._waiting == {"b": 2}
+    finally:
+        vectors.TURNS_SENT.flush()
+    assert queued == [("memory.vectors_write", (1, "a"))]
+    assert sent == [("memory.vectors_write_turns", [["b", 2]])]
+
+
+def test_serving_under_a_broker_lingers_before_it_sends_and_sends_what_waits_at_its_end(
+    settings, sent
+):
+    from ethan_site import serving
+
+    settings.ETHAN_EMBEDDED = False
+    settings.ETHAN_VECTORS_LINGER_MS = 60_000
+    serving.tuning_apply()
+    try:
+        assert vectors.TURNS_SENT.linger == 60.0
+        assert vectors.TURNS_WAITING.linger == 0.0  # the worker writes, not this process
+        vectors.TURNS_SENT.add(owner_id=1, session_id="a")
+        assert sent == []
+    finally:
+        serving.tuning_undo()
+    assert vectors.TURNS_SENT.linger == 0.0
+    assert sent == [("memory.vectors_write_turns", [["a", 1]])]
+
+
+def test_the_workers_task_writes_the_turns_sessions_in_one_call(
+    embedder_on, make_session, owner, other_owner, monkeypatch
+):
+    mine = make_session(owner, "I keep bees on my balcony.", "Lovely!")
+    theirs = make_session(other_owner, "My sister lives in Porto.", "Noted.")
+    calls = []
+    vectors_of = meaning.vectors_of
+    monkeypatch.setattr(
+        meaning, "vectors_of", lambda texts: calls.append(texts) or vectors_of(texts)
+    )
+    # As the worker gets it: JSON's lists, not tuples.
+    written = vectors.vectors_write_turns_task.run(
+        [[mine.pk, owner.pk], [theirs.pk, other_owner.pk]]
+    )
+    assert written == {"messages": 4, "facts": 0, "episodes": 0}
+    assert len(calls) == 1
+    assert len(_vectors(mine)) == 2 and len(_vectors(theirs)) == 2

@@ -357,7 +357,7 @@ def test_a_burst_of_events_wakes_the_dispatcher_once_and_each_gets_its_task(
     settings.ETHAN_CACHE_SHARED = True
     cache.clear()
     published: list[tuple] = []
-    monkeypatch.setattr(queue, "_send", lambda task, args: published.append((task.name, args)))
+    monkeypatch.setattr(queue, "publish", lambda task, *args: published.append((task.name, args)))
     for n in range(3):
         assert deliver(client, message_event(f"ev-burst-{n}", f"消息 {n}")).status_code == 200
     assert published == [("channels.lark_dispatch", ())]

@@ -77,6 +77,7 @@ TASK_NAMES = {
     "memory.import_upload",
     "memory.vectors_catch_up",
     "memory.vectors_write",
+    "memory.vectors_write_turns",
     "sessions.cleanup_empty",
     "sessions.close_idle",
     "sessions.end_write",
@@ -115,7 +116,7 @@ def published(settings, monkeypatch):
     settings.ETHAN_CACHE_SHARED = True
     cache.clear()
     sent: list[str] = []
-    monkeypatch.setattr(queue, "_send", lambda task, args: sent.append(task.name))
+    monkeypatch.setattr(queue, "publish", lambda task, *args: sent.append(task.name))
     yield sent
     cache.clear()
 

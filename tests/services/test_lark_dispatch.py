@@ -30,13 +30,13 @@ def test_a_burst_wakes_the_dispatcher_once_and_every_event_is_answered_once(
         settings.LARK_VERIFICATION_TOKEN, settings.LARK_ENCRYPT_KEY = TOKEN, KEY
         cache.clear()
         published: list[str] = []
-        real_send = queue._send
+        real_publish = queue.publish
 
-        def send(task, args):
+        def publish(task, *args):
             published.append(task.name)
-            real_send(task, args)
+            real_publish(task, *args)
 
-        monkeypatch.setattr(queue, "_send", send)
+        monkeypatch.setattr(queue, "publish", publish)
         client = Client()
         ids = [f"ev-burst-{n:02d}" for n in range(EVENTS)]
         for n, event_id in enumerate(ids):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent_app.memory_search import memory_search
-from agent_app.vectors import vectors_write, vectors_write_task
+from agent_app.vectors import TurnsSent, vectors_write, vectors_write_task
 from ethan_shared import queue
 from sessions_app.models import Message
 from tests.agent_app.test_meaning import CHINESE, ENGLISH
@@ -44,5 +44,25 @@ def test_a_real_worker_writes_the_vectors_from_the_memory_queue(
     session = _conversation(make_session, owner, ENGLISH)
     queue.enqueue(vectors_write_task, owner.pk, session.pk)  # autocommit: sent at once
     spoken = Message.objects.filter(session=session)
+    assert wait_for(lambda: not spoken.filter(embedding_model=None).exists(), timeout=60)
+    assert set(spoken.values_list("embedding_model", flat=True)) == {"use-multilingual-v3"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_writes_the_turns_a_serving_process_sent_as_one_task(
+    workers, embedder_on, make_session, owner, other_owner
+):
+    """Under a broker, `ethan serve` sends the turns that ended within its linger as one task
+    (TurnsSent): the worker writes all their sessions from it."""
+    workers.start("memory", ETHAN_EMBEDDER="default")
+    sessions = [
+        _conversation(make_session, owner, ENGLISH),
+        _conversation(make_session, other_owner, CHINESE),
+    ]
+    turns = TurnsSent()
+    turns.linger = 0.1
+    for session in sessions:
+        turns.add(owner_id=session.owner_id, session_id=session.pk)
+    spoken = Message.objects.filter(session__in=sessions)
     assert wait_for(lambda: not spoken.filter(embedding_model=None).exists(), timeout=60)
     assert set(spoken.values_list("embedding_model", flat=True)) == {"use-multilingual-v3"}
