@@ -3,7 +3,8 @@
 import os
 import sys
 
-from celery import Celery
+from celery import Celery, signals
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ethan_site.settings")
 
@@ -12,6 +13,18 @@ app = Celery("ethan")
 # so a bad value stops them with one line naming the variable.
 app.config_from_object("ethan_site.celery:django_settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def connections_tidied(sender=None, **kwargs) -> None:
+    """Around each task a worker runs, what Django does around a request: a connection that
+    failed or outlived CONN_MAX_AGE is closed, on PostgreSQL given back to the process's pool
+    (settings' CELERY_DB_REUSE_MAX keeps Celery's fixup from closing the pool itself). Not for
+    a task run eagerly, inside its caller's transaction."""
+    if sender is None or getattr(sender.request, "is_eager", False):
+        return
+    close_old_connections()
 
 
 def __getattr__(name: str):

@@ -142,3 +142,30 @@ def test_the_servers_healthz_keeps_its_own_database_connection(services_ready):
     assert _report_in_thread() == (200, {"status": "ok", "database": "ok", "broker": "ok"})
     assert probe.connection.info.backend_pid != kept
     probe.close()
+
+
+def _backends() -> set[int]:
+    """The test database's client connections other than this test's own."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_prefork_worker_keeps_its_database_connection_from_one_task_to_the_next(workers, owner):
+    """Celery's Django fixup closed a prefork child's connection pool around every task, so
+    each task connected anew (settings' CELERY_DB_REUSE_MAX, ethan_site.celery)."""
+    workers.start("memory", pool="prefork")
+    before = _backends()
+    seen = []
+    for n in range(3):
+        empty = ChatSession.objects.create(id=f"s_20260101_000{n}_empt", owner=owner)
+        queue.enqueue(sessions_cleanup_empty_task)  # autocommit: sent at once
+        assert wait_for(lambda pk=empty.pk: not ChatSession.objects.filter(pk=pk).exists())
+        threading.Event().wait(0.5)  # a connection closed at the task's end is gone by now
+        seen.append(_backends() - before)
+    # The worker's connections, kept after its task and the same ones for the next tasks.
+    assert seen[0] and seen[0] == seen[1] == seen[2], seen
