@@ -106,6 +106,7 @@ from bench.server import (
     GunicornConfig,
     _psql,
     free_port,
+    postgres_cpu,
     process_group_cpu,
 )
 from bench.slow_model import MARKER, WARM_UP, reply_text
@@ -680,6 +681,7 @@ async def run_level(
     cpu_before = process_group_cpu(server_pgid) if server_pgid else 0.0
     model_cpu_before = model.cpu_seconds()
     worker_cpu_before = process_group_cpu(worker_pgid) if worker_pgid else 0.0
+    postgres_before = postgres_cpu() if worker_pgid else 0.0
     own_before = sum(os.times()[:2])
     watchers = []
     if server_pgid is not None:
@@ -714,6 +716,7 @@ async def run_level(
         "server_cpu": (process_group_cpu(server_pgid) - cpu_before) if server_pgid else None,
         "model_cpu": model.cpu_seconds() - model_cpu_before,
         "worker_cpu": (process_group_cpu(worker_pgid) - worker_cpu_before) if worker_pgid else None,
+        "postgres_cpu": (postgres_cpu() - postgres_before) if worker_pgid else None,
         "bench_cpu": sum(os.times()[:2]) - own_before,
         "rss_before": rss_before,
         "rss_peak": peak["rss"],
@@ -984,7 +987,9 @@ def report(results: list[dict], args) -> str:
             where = f"{level['server']}, {level['arrival']}"
             problems.setdefault(where, set()).update(level_problems)
         worker_cpu = [
-            f"{level['level']:,} {level['arrival']}, {level['server']}: {level['worker_cpu']:.1f} s"
+            f"{level['level']:,} {level['arrival']}, {level['server']}: worker "
+            f"{level['worker_cpu']:.1f} s"
+            + (f", PostgreSQL {level['postgres_cpu']:.1f} s" if level.get("postgres_cpu") else "")
             for level in levels
             if level.get("worker_cpu") is not None
         ]
@@ -992,7 +997,8 @@ def report(results: list[dict], args) -> str:
             lines += [
                 "",
                 "The Celery worker's CPU in each level, until it was idle again (the memory "
-                f"work the turns sent it: their vectors): {'; '.join(worker_cpu)}.",
+                "work the turns sent it: their vectors), and all of PostgreSQL's (its "
+                f"processes, closed connections' included): {'; '.join(worker_cpu)}.",
             ]
         for where, seen in problems.items():
             if seen:
