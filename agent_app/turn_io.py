@@ -11,9 +11,8 @@ and the model: the same code under three drivers, for where it is read.
   function, its transaction inside it), so a process holds at most that many database
   connections for its turns however many are streaming. They are few: every thread running
   Python takes the GIL from the loop that writes the open streams. The tasks a step deferred
-  (embedded mode: the vectors, a consolidation, which may wait on the model) run on threads of
-  their own at ETHAN_BACKGROUND_NICENESS, so that they never hold up a turn's steps, and give
-  way to the open streams and the new turns when the CPU is short.
+  (embedded mode: a consolidation, which may wait on the model) run in the loop's default
+  executor, so that they never hold up a turn's steps.
 - CALLER: for an event loop made for one synchronous caller (asgiref's async_to_sync: Django's
   test client, a WSGI server such as runserver, calling an async view). Each database step runs
   in the caller's thread (its connection, a test's transaction), the model through the
@@ -159,25 +158,12 @@ def _deferred_run(tasks: list) -> None:
         queue.run_deferred()
 
 
-# Threads for the deferred tasks: several, since a consolidation may wait seconds on the model.
-BACKGROUND_THREADS = 4
-
-
-@functools.cache
-def _background_threads() -> ThreadPoolExecutor:
-    return worker_threads(
-        BACKGROUND_THREADS, "memory-work", niceness=settings.ETHAN_BACKGROUND_NICENESS
-    )
-
-
-# Deferred tasks running: kept so that none is collected mid-run.
+# Deferred tasks running in the loop's default executor: kept so that none is collected mid-run.
 _background: set[asyncio.Future] = set()
 
 
 def _in_background(tasks: list) -> None:
-    running = asyncio.get_running_loop().run_in_executor(
-        _background_threads(), _deferred_run, tasks
-    )
+    running = asyncio.get_running_loop().run_in_executor(None, _deferred_run, tasks)
     _background.add(running)
     running.add_done_callback(_background.discard)
 

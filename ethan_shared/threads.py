@@ -19,18 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 
 
-def worker_threads(count: int, name: str, niceness: int | None = None) -> ThreadPoolExecutor:
-    """`count` threads named `name`-N, each at `niceness` (ETHAN_THREAD_NICENESS unless
-    given)."""
-    if niceness is None:
-        niceness = settings.ETHAN_THREAD_NICENESS
-    return ThreadPoolExecutor(
-        max_workers=count, thread_name_prefix=name, initializer=nicer, initargs=(niceness,)
-    )
+def worker_threads(count: int, name: str) -> ThreadPoolExecutor:
+    """`count` threads named `name`-N, each at ETHAN_THREAD_NICENESS."""
+    return ThreadPoolExecutor(max_workers=count, thread_name_prefix=name, initializer=_nicer)
 
 
-def nicer(niceness: int) -> None:
-    """This thread at `niceness`, on Linux."""
+def _nicer() -> None:
+    niceness = settings.ETHAN_THREAD_NICENESS
     # Elsewhere (macOS) the nice value is the whole process's, the event loop's with it.
     if niceness and sys.platform == "linux":
         # Raising one's own nice value needs no privilege; it is never lowered again.

@@ -353,10 +353,6 @@ ETHAN_DB_THREADS = _config.positive("ETHAN_DB_THREADS", 2)
 # Their nice value on Linux (ethan_shared.threads): the event loop goes first when the CPU is
 # short. 0 leaves them as the loop is.
 ETHAN_THREAD_NICENESS = _config.non_negative("ETHAN_THREAD_NICENESS", 10)
-# The nice value of the threads that run a serving process's own memory work after its turns
-# (embedded: the vectors, consolidation), which nobody waits for: when the CPU is short, the
-# open streams and then the new turns go first. 0 leaves them as the loop is.
-ETHAN_BACKGROUND_NICENESS = _config.non_negative("ETHAN_BACKGROUND_NICENESS", 19)
 # While the server serves, the objects allocated between two of the garbage collector's young
 # passes (Python's 700): a pass stops the event loop, and the older passes go over every open
 # stream (ethan_site.serving._serving_gc). 0 leaves Python's thresholds.
