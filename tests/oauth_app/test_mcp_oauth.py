@@ -39,7 +39,9 @@ def person(transactional_db, owner):
 
 
 @pytest.fixture
-def site():
+def site(transactional_db):
+    """The whole site served, on the test's database from before it starts until after it has
+    stopped: its periodic work's thread must not outlive the database's access."""
     with served_site() as origin:
         yield origin
 
