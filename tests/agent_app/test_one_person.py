@@ -12,6 +12,7 @@ import urllib.parse
 
 import openai
 import pexpect
+import pytest
 
 from tests.conftest import ROOT, clean_env, run_ethan
 from tests.mcp_client import over_stdio, structured
@@ -43,6 +44,7 @@ def sign_in(server: Server, username: str, password: str) -> str:
     return re.search(r"sessionid=[^;]+", answer.headers["Set-Cookie"])[0]
 
 
+@pytest.mark.slow  # many `ethan` processes, 15-20 s: make test-slow (make test under 10 min)
 def test_the_quickstart_is_one_person_at_every_door(tmp_path):
     home = migrated_home(tmp_path / "home", **LOGIN)
     console = run_ethan(

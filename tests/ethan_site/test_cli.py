@@ -6,6 +6,8 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+
 from ethan_site.cli import SUBCOMMANDS, USAGE, route
 from tests.conftest import ROOT, clean_env, run_ethan, run_in_group
 from tests.web_server import migrated_home
@@ -170,6 +172,7 @@ def test_ethan_usage_errors_read_as_one_program_and_write_nothing(tmp_path):
     assert not home.exists()
 
 
+@pytest.mark.slow  # many `ethan` processes, 15-20 s: make test-slow (make test under 10 min)
 def test_ethan_command_help_is_its_own_and_writes_nothing(tmp_path):
     home = tmp_path / "home"
     for word in ("chat", "serve", "session", "token", "import", "mcp"):

@@ -70,6 +70,7 @@ def test_delete_on_a_pipe_takes_a_y_line(owner, make_session):
     assert not ChatSession.objects.exists()
 
 
+@pytest.mark.slow  # many `ethan` processes, 15-20 s: make test-slow (make test under 10 min)
 def test_console_script_session_commands_on_a_fresh_home(tmp_path):
     """`ethan session list` on an empty database, then errors as exit 1 and one line."""
     listed = run_ethan(["session", "list", "--help"], tmp_path)
