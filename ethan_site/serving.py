@@ -8,8 +8,8 @@ gets its own back).
   passes come less often (_serving_gc).
 - SQLite connections kept by the server's threads (ETHAN_SQLITE_KEEP_SECONDS), not reopened at
   every step (_threads_keep_connections).
-- The vectors of the turns it answers written in batches (ETHAN_VECTORS_LINGER_MS,
-  _vectors_in_batches).
+- The vectors of the turns it answers written (embedded) or sent to a worker (under a broker)
+  in batches (ETHAN_VECTORS_LINGER_MS, _vectors_in_batches).
 
 Also per process, and kept where it acts: the turns' database threads' nice value
 (ETHAN_THREAD_NICENESS, ethan_shared.threads).
