@@ -154,6 +154,7 @@ def test_a_serving_process_lingers_so_that_turns_ending_meanwhile_join_the_batch
 def test_serving_sets_the_linger_and_gives_it_back(settings):
     from ethan_site import serving
 
+    settings.ETHAN_EMBEDDED = True  # the process writes its turns' vectors itself
     settings.ETHAN_VECTORS_LINGER_MS = 250
     serving.tuning_apply()
     try:
