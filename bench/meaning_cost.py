@@ -89,7 +89,7 @@ def switch(mode: str) -> None:
     from sessions_app import meaning
 
     embedder.configure(embedder="default" if mode == "on" else "off")
-    meaning._local.__dict__.pop("queries", None)
+    meaning.queries_forget()
 
 
 class MeaningTimer:
@@ -516,7 +516,7 @@ def measure_scan(owner, vectors: int, *, cap: int, repeats: int) -> ScanCost:
 
     embedder.configure(embedder="default")
     found = embedder.embed([SEARCHES[0]], kind="query")
-    query = (found.model, found.vectors[0])
+    query = meaning.Query(found.model, vector=found.vectors[0])
     rows = Message.objects.filter(session__owner=owner)
 
     def scan():
@@ -630,7 +630,7 @@ def measure_held(owner, vectors: int, *, per_session: int, repeats: int) -> Held
 
     embedder.configure(embedder="default")
     found = embedder.embed([SEARCHES[0]], kind="query")
-    query = (found.model, found.vectors[0])
+    query = meaning.Query(found.model, vector=found.vectors[0])
 
     def cold():
         meaning.messages_forget()

@@ -21,7 +21,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -298,7 +297,7 @@ def apply_fact(
     action: str,
     target: Fact | None,
     sources: list[Message] | None = None,
-    vector: tuple[str, np.ndarray] | None = None,
+    vector: meaning.Query | None = None,
 ) -> str:
     """Write one extracted fact as `action` says, with the messages it came from; returns what
     happened ("skip" for a fact the services refuse, e.g. longer than FACT_MAX_CHARS: the rest
@@ -325,7 +324,7 @@ def _apply_fact(
     action: str,
     target: Fact | None,
     sources: list[Message],
-    vector: tuple[str, np.ndarray] | None,
+    vector: meaning.Query | None,
 ) -> str:
     owner = session.owner
     said = [message.content for message in sources if message.role == Message.Role.USER]
@@ -612,7 +611,7 @@ def _finish_sessions(
     return finished
 
 
-def fact_vectors(extraction: llm_memory.Extraction | None) -> dict[str, tuple[str, np.ndarray]]:
+def fact_vectors(extraction: llm_memory.Extraction | None) -> dict[str, meaning.Query]:
     """The vectors of an extraction's facts, by content, computed before the transaction that
     stores them (an embedder may be a provider's API: no call is made while rows are locked),
     for finding their twins (selectors.fact_twin). Empty when the embedder is off."""
@@ -621,7 +620,7 @@ def fact_vectors(extraction: llm_memory.Extraction | None) -> dict[str, tuple[st
     if found is None:
         return {}
     name, vectors = found
-    return {content: (name, vectors[at]) for at, content in enumerate(contents)}
+    return {content: meaning.Query(name, vector=vectors[at]) for at, content in enumerate(contents)}
 
 
 def facts_embed_new(*, owner_id: int) -> None:
@@ -648,7 +647,7 @@ def _store_extraction(
     report: ConsolidationReport,
     offset: int = 0,
     sessions: dict[str, ChatSession] | None = None,
-    vectors: dict[str, tuple[str, np.ndarray]] | None = None,
+    vectors: dict[str, meaning.Query] | None = None,
 ) -> None:
     """Write an extraction's facts (and, in companion mode, feelings), inside the transaction
     that claimed its rounds. A fact's turn n is said[n - 1 - offset] (`offset` turns shown

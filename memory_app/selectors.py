@@ -6,7 +6,6 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connections
@@ -217,11 +216,9 @@ class _RankedRows:
         return list(self.compiler.results_iter(results=[fetched], tuple_expected=True))
 
 
-def fact_twin(
-    *, owner: AbstractBaseUser, content: str, vector: tuple[str, np.ndarray]
-) -> Fact | None:
+def fact_twin(*, owner: AbstractBaseUser, content: str, vector: meaning.Query) -> Fact | None:
     """The owner's active fact that says `content` in other words, found by `vector` (the
-    content's, as (embedder name, vector)) among the facts' stored vectors and confirmed by
+    content's) among the facts' stored vectors and confirmed by
     normalize.same_in_other_words; None when none is near enough."""
     scan = meaning.nearest(facts_for_owner(owner=owner).filter(status=Fact.Status.ACTIVE), vector)
     cosines = dict(zip(scan.ids.tolist(), scan.cosines.tolist(), strict=True))

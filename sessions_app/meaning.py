@@ -9,8 +9,9 @@ until the background reaches it. Vectors of different embedders are never compar
 reads only the rows of the configured embedder's name.
 
 A search then:
-1. computes its query's vector once (query_vector: remembered per thread, so the turn's
-   injection of facts and episodes and a memory_search of the same words share one);
+1. computes its query's vector once, and only when a stored vector is found to compare it
+   with (query_vector and Query: remembered per thread, so the turn's injection of facts and
+   episodes and a memory_search of the same words share one);
 2. scans the owner's vectors in numpy, chunk by chunk, newest first, at most TUNING.scan_cap of
    them (nearest: memory and time stay bounded at any history size);
 3. fuses the two rankings over the union of their candidates (fuse):
@@ -79,25 +80,64 @@ def enabled() -> bool:
     return embedder.embedder_name() is not None
 
 
-def query_vector(text: str) -> tuple[str, np.ndarray] | None:
-    """(embedder name, the vector of `text` as a search's query), or None when the embedder is
-    off or the text is blank. Computed once per thread for the latest REMEMBERED texts: the
-    turn's injection (facts, episodes) and a tool searching the same words share one."""
+class Query:
+    """What a scan compares stored vectors with: the embedder's `name` and the query's `vector`.
+
+    From a search's text (query_vector) the vector is computed on first use, so a scan that
+    finds no stored vector of that embedder (a new person, with no fact or episode embedded
+    yet) never embeds: the default embedder spends 2-3 ms of CPU on one short text, 7-20 ms
+    after an idle moment on a small VM. A vector computed elsewhere (a
+    batch of extracted facts') is given as `vector`."""
+
+    def __init__(self, name: str, *, text: str = "", vector: np.ndarray | None = None) -> None:
+        if vector is None and not text:
+            raise ValueError("a Query needs its text or its vector")
+        self.name = name
+        self.text = text
+        self._vector = vector
+
+    @property
+    def vector(self) -> np.ndarray:
+        if self._vector is None:
+            self._vector = _query_embedded(self.name, self.text)
+        return self._vector
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the vector has been computed (or was given)."""
+        return self._vector is not None
+
+
+def query_vector(text: str) -> Query | None:
+    """The query of a search for `text`, None when the embedder is off or the text is blank.
+    Its vector is computed when a scan first needs it (Query)."""
     name = embedder.embedder_name()
     if name is None or not text.strip():
         return None
+    return Query(name, text=text)
+
+
+def queries_forget() -> None:
+    """Let go of the query vectors this thread remembers (tests, benches measuring the call)."""
+    _local.__dict__.pop("queries", None)
+
+
+def _query_embedded(name: str, text: str) -> np.ndarray:
+    """The vector of `text` as a search's query, computed once per thread for the latest
+    REMEMBERED texts: the turn's injection (facts, episodes) and a tool searching the same words
+    share one."""
     remembered: OrderedDict = _local.__dict__.setdefault("queries", OrderedDict())
     key = (name, text)
     if key in remembered:
         remembered.move_to_end(key)
-        return name, remembered[key]
+        return remembered[key]
     found = embedder.embed([text], kind="query")
-    if found is None:
-        return None
+    if found is None or found.model != name:  # the embedder was switched off or changed since
+        raise RuntimeError(f"the embedder {name} is no longer the one configured")
     remembered[key] = found.vectors[0]
     while len(remembered) > REMEMBERED:
         remembered.popitem(last=False)
-    return name, found.vectors[0]
+    return found.vectors[0]
 
 
 @dataclass(frozen=True)
@@ -136,31 +176,33 @@ class Scan:
         return self.ids[top].tolist()
 
 
-def nearest(rows: QuerySet, query: tuple[str, np.ndarray], *, cap: int | None = None) -> Scan:
+def nearest(rows: QuerySet, query: Query, *, cap: int | None = None) -> Scan:
     """The cosines of `rows`' vectors (those of the query's embedder) with the query's, the
-    newest TUNING.scan_cap at most, read CHUNK at a time."""
-    name, vector = query
+    newest TUNING.scan_cap at most, read CHUNK at a time. The query is embedded only when a
+    stored vector is found."""
     cap = TUNING.scan_cap if cap is None else cap
     stored = (
-        rows.filter(embedding_model=name)
+        rows.filter(embedding_model=query.name)
         .order_by("-pk")
         .values_list("pk", "embedding")[:cap]
         .iterator(chunk_size=CHUNK)
     )
     ids: list[Any] = []
     parts: list[np.ndarray] = []
-    dim = len(vector)
-    size = embedder.blob_size(dim)
     batch_ids: list[Any] = []
     batch: list[bytes] = []
+    size = dim = 0
 
     def flush() -> None:
-        parts.append(embedder.similarities(vector, embedder.from_blobs(batch, dim)))
+        parts.append(embedder.similarities(query.vector, embedder.from_blobs(batch, dim)))
         ids.extend(batch_ids)
         batch_ids.clear()
         batch.clear()
 
     for pk, blob in stored:
+        if not size:  # the first stored vector: now the query's is needed
+            dim = len(query.vector)
+            size = embedder.blob_size(dim)
         blob = bytes(blob)
         if len(blob) != size:  # written with another dimension under the same name: skip
             continue
@@ -385,13 +427,13 @@ class MessageVectors:
 
     def scan(
         self,
-        vector: np.ndarray,
+        query: Query,
         *,
         session_id: str | None = None,
         exclude_after: tuple[str, int] | None = None,
     ) -> Scan:
         ids, seqs, owners, values, norms, order = self.joined()
-        if not len(ids) or values.shape[1] != len(vector):
+        if not len(ids) or values.shape[1] != len(query.vector):
             return Scan(ids=np.zeros(0, np.int64), cosines=np.zeros(0, np.float32))
         keep = np.ones(len(ids), dtype=bool)
         if session_id is not None:
@@ -399,12 +441,12 @@ class MessageVectors:
         if exclude_after is not None and exclude_after[0] in order:
             current = order.index(exclude_after[0])
             keep &= ~((owners == current) & (seqs >= exclude_after[1]))
-        query = np.asarray(vector, dtype=np.float32)
-        query = query / (np.linalg.norm(query) or 1.0)
+        vector = np.asarray(query.vector, dtype=np.float32)
+        vector = vector / (np.linalg.norm(vector) or 1.0)
         cosines = np.empty(len(ids), dtype=np.float32)
         for start in range(0, len(ids), CHUNK):
             cosines[start : start + CHUNK] = (
-                values[start : start + CHUNK].astype(np.float32) @ query
+                values[start : start + CHUNK].astype(np.float32) @ vector
             )
         cosines /= np.where(norms > 0, norms, 1.0)
         if not keep.all():
@@ -418,23 +460,22 @@ _held_lock = threading.Lock()
 
 def messages_scan(
     owner_id: int,
-    query: tuple[str, np.ndarray],
+    query: Query,
     *,
     session_id: str | None = None,
     exclude_after: tuple[str, int] | None = None,
 ) -> Scan:
     """The cosines of the owner's message vectors (the embedder's that made the query) with the
     query, from the vectors this process holds (MessageVectors), brought up to date first."""
-    name, vector = query
-    key = (owner_id, name)
+    key = (owner_id, query.name)
     with _held_lock:
         held = _held.get(key)
         if held is None:
-            held = _held[key] = MessageVectors(owner_id, name)
+            held = _held[key] = MessageVectors(owner_id, query.name)
         _held.move_to_end(key)
     with held.lock:
         held.refresh()
-        found = held.scan(vector, session_id=session_id, exclude_after=exclude_after)
+        found = held.scan(query, session_id=session_id, exclude_after=exclude_after)
     with _held_lock:
         budget = settings.ETHAN_VECTOR_CACHE_MB * 1024 * 1024
         while len(_held) > 1 and sum(h.nbytes for h in _held.values()) > budget:

@@ -48,6 +48,7 @@ def embedder_on(settings):
     embedder.configure(embedder="default")
     embedder.preload()
     meaning.messages_forget()  # vectors another test's owner (the same id) left held
+    meaning.queries_forget()  # and the query vectors its searches remembered
     yield
     embedder.configure(embedder="off")
     meaning.messages_forget()

@@ -16,6 +16,7 @@ from django.core.management import call_command
 
 import embedder
 from agent_app.memory_search import memory_search
+from agent_app.prompts import build_system
 from agent_app.vectors import vectors_write
 from ethan_shared import queue
 from memory_app import services as memory_services
@@ -185,19 +186,48 @@ def test_an_edited_fact_loses_its_old_vector_and_gets_a_new_one(embedder_on, own
     assert fact.embedding_model == "use-multilingual-v3" and bytes(fact.embedding) != old
 
 
-def test_the_query_vector_is_computed_once_for_the_same_text(embedder_on, monkeypatch):
-    calls = []
+def _queries_embedded(monkeypatch) -> list[tuple[str, ...]]:
+    """The texts embedded as a search's query from now on."""
+    calls: list[tuple[str, ...]] = []
     real = embedder.embed
 
     def counted(texts, *, kind="document"):
-        calls.append((tuple(texts), kind))
+        if kind == "query":
+            calls.append(tuple(texts))
         return real(texts, kind=kind)
 
     monkeypatch.setattr(embedder, "embed", counted)
+    return calls
+
+
+def test_the_query_vector_is_computed_once_for_the_same_text(embedder_on, monkeypatch):
+    queries = _queries_embedded(monkeypatch)
     first = meaning.query_vector("where does she work")
     second = meaning.query_vector("where does she work")
-    assert np.array_equal(first[1], second[1])
-    assert calls == [(("where does she work",), "query")]
+    assert queries == []  # not until a scan needs it
+    assert np.array_equal(first.vector, second.vector)
+    assert queries == [("where does she work",)]
+
+
+def test_a_prompt_embeds_its_query_only_when_a_stored_vector_is_there(
+    embedder_on, owner, monkeypatch
+):
+    """A person with no fact or episode embedded yet (a new person) costs no query vector;
+    once a fact has its vector, the turn embeds one, shared by facts and episodes."""
+    queries = _queries_embedded(monkeypatch)
+    fact = memory_services.fact_write(
+        owner=owner,
+        content="The user owns a golden retriever called Max.",
+        category="knowledge",
+        confidence=0.8,
+        source="api",
+    )
+    build_system(owner=owner, mode="work", path="full", text="any tips for my puppy?")
+    assert queries == []  # the fact has no vector yet: found by its words alone
+    vectors_write(owner_id=owner.pk)
+    system = build_system(owner=owner, mode="work", path="full", text="any tips for my puppy?")
+    assert queries == [("any tips for my puppy?",)]
+    assert system.facts == [fact]
 
 
 # Two processes loading the embedder's weights (10-20 s): make test-slow.
