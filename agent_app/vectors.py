@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -69,6 +70,10 @@ class Written:
             more=self.more or other.more,
         )
 
+    def as_dict(self) -> dict:
+        """What a task returns (its result in the broker's backend, or the log)."""
+        return {"messages": self.messages, "facts": self.facts, "episodes": self.episodes}
+
 
 @ethan_task(name="memory.vectors_write")
 def vectors_write_task(owner_id: int, session_id: str | None = None) -> dict:
@@ -76,15 +81,14 @@ def vectors_write_task(owner_id: int, session_id: str | None = None) -> dict:
         written = vectors_write(owner_id=owner_id)
     else:
         written = TURNS_WAITING.write(owner_id=owner_id, session_id=session_id)
-    return {"messages": written.messages, "facts": written.facts, "episodes": written.episodes}
+    return written.as_dict()
 
 
 @ethan_task(name="memory.vectors_write_turns")
 def vectors_write_turns_task(sessions: list[list]) -> dict:
     """The vectors of the turns a serving process finished within one linger (TurnsSent), as
     [session id, owner id] pairs: one embedding call and one transaction for all of them."""
-    written = vectors_write_sessions({session_id: owner_id for session_id, owner_id in sessions})
-    return {"messages": written.messages, "facts": written.facts, "episodes": written.episodes}
+    return vectors_write_sessions(dict(sessions)).as_dict()
 
 
 @ethan_task(name="memory.vectors_catch_up")
@@ -160,7 +164,27 @@ def vectors_write_sessions(sessions: dict[str, int]) -> Written:
 BATCH_SESSIONS = 64
 
 
-class TurnsWaiting:
+class _Turns:
+    """The sessions of finished turns gathered for one batch (session id -> owner id, oldest
+    first, a session once however many of its turns ended), and how long a serving process
+    lets them gather (`linger` seconds, ETHAN_VECTORS_LINGER_MS: turns_batched)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards _waiting, and what a subclass says
+        self._waiting: dict[str, int] = {}
+        self.linger = 0.0
+
+    def _take(self) -> dict[str, int]:
+        """The oldest BATCH_SESSIONS sessions, gone from here (a lost batch's rows stay pending
+        in the database: the session's next turn and the catch-up sweep find them)."""
+        with self._lock:
+            batch = dict(itertools.islice(self._waiting.items(), BATCH_SESSIONS))
+            for session_id in batch:
+                del self._waiting[session_id]
+        return batch
+
+
+class TurnsWaiting(_Turns):
     """The sessions whose turns this process has finished and whose vectors are not written
     yet, written a batch at a time by one thread.
 
@@ -182,10 +206,8 @@ class TurnsWaiting:
     the database, where the session's next turn and the catch-up sweep find them."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _waiting
+        super().__init__()
         self._writing = threading.Lock()  # held by the one thread writing
-        self._waiting: dict[str, int] = {}  # session id -> owner id, oldest first
-        self.linger = 0.0
 
     def write(self, *, owner_id: int, session_id: str) -> Written:
         """Add this session, and write what is waiting unless another thread is; what this
@@ -214,18 +236,11 @@ class TurnsWaiting:
             raise failed  # the task's policy: logged, or retried if the embedder is down
         return written
 
-    def _take(self) -> dict[str, int]:
-        with self._lock:
-            batch = dict(itertools.islice(self._waiting.items(), BATCH_SESSIONS))
-            for session_id in batch:
-                del self._waiting[session_id]
-        return batch
-
 
 TURNS_WAITING = TurnsWaiting()
 
 
-class TurnsSent:
+class TurnsSent(_Turns):
     """Under a broker, the sessions whose turns a serving process finished, sent to the workers
     together: one task (memory.vectors_write_turns) for the turns that ended within `linger`
     seconds of the first (ETHAN_VECTORS_LINGER_MS, set by ethan_site.serving), sent at once
@@ -239,10 +254,8 @@ class TurnsSent:
     the catch-up sweep find them."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _waiting and _timer
-        self._waiting: dict[str, int] = {}  # session id -> owner id, oldest first
-        self._timer: threading.Timer | None = None
-        self.linger = 0.0
+        super().__init__()
+        self._timer: threading.Timer | None = None  # guarded by _lock
 
     def add(self, *, owner_id: int, session_id: str) -> None:
         with self._lock:
@@ -255,17 +268,32 @@ class TurnsSent:
         self.flush()
 
     def flush(self) -> None:
-        """Send what is waiting, now."""
+        """Send what is waiting, now: a task a BATCH_SESSIONS."""
         with self._lock:
-            batch, self._waiting = self._waiting, {}
             timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()  # nothing to cancel when the timer itself is sending
-        if batch:
+        while batch := self._take():
             publish(vectors_write_turns_task, [[s, o] for s, o in batch.items()])
 
 
 TURNS_SENT = TurnsSent()
+
+
+def turns_batched(linger: float) -> None:
+    """A serving process (ethan_site.serving) waits `linger` seconds before it writes the
+    vectors of the turns that ended (embedded: TurnsWaiting) or sends them to a worker (under a
+    broker: TurnsSent), so that those ending meanwhile go in the same batch: one embedding call
+    and a few statements for all of them (bench.concurrent_streams, 300 spread streams:
+    docs/benchmarks/streams.md). 0 when it stops serving: each turn on its own again, and
+    what was waiting to be sent goes now. Elsewhere (the console, a Celery worker's one task
+    at a time) nothing would join."""
+    if settings.ETHAN_EMBEDDED:
+        TURNS_WAITING.linger = linger
+        return
+    TURNS_SENT.linger = linger
+    if not linger:
+        TURNS_SENT.flush()
 
 
 def _messages_pending(*, owner_id: int):

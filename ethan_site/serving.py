@@ -48,21 +48,11 @@ def tuning_undo() -> None:
 
 
 def _vectors_in_batches(serving: bool) -> None:
-    """While it serves, the process waits ETHAN_VECTORS_LINGER_MS milliseconds before it writes the
-    vectors of the turns that ended (embedded: agent_app.vectors.TurnsWaiting) or sends them
-    to a worker (under a broker: TurnsSent), so that those ending meanwhile go in the same
-    batch: one embedding call and a few statements for all of them. Measured with
-    bench.concurrent_streams, 300 streams spread (docs/benchmarks/streams.md). Elsewhere (the
-    console, a Celery worker's one task at a time) nothing would join."""
-    from agent_app.vectors import TURNS_SENT, TURNS_WAITING
+    """While it serves, the vectors of the turns that ended are written or sent to a worker in
+    batches, after ETHAN_VECTORS_LINGER_MS (agent_app.vectors.turns_batched)."""
+    from agent_app.vectors import turns_batched
 
-    linger = settings.ETHAN_VECTORS_LINGER_MS / 1000 if serving else 0.0
-    if settings.ETHAN_EMBEDDED:
-        TURNS_WAITING.linger = linger
-    else:
-        TURNS_SENT.linger = linger
-        if not serving:
-            TURNS_SENT.flush()  # what is waiting goes now, before the process stops
+    turns_batched(settings.ETHAN_VECTORS_LINGER_MS / 1000 if serving else 0.0)
 
 
 def _threads_keep_connections(serving: bool) -> None:
