@@ -21,10 +21,11 @@ from django.conf import settings
 
 def worker_threads(count: int, name: str) -> ThreadPoolExecutor:
     """`count` threads named `name`-N, each at ETHAN_THREAD_NICENESS."""
-    return ThreadPoolExecutor(max_workers=count, thread_name_prefix=name, initializer=_nicer)
+    return ThreadPoolExecutor(max_workers=count, thread_name_prefix=name, initializer=nicer)
 
 
-def _nicer() -> None:
+def nicer() -> None:
+    """This thread at ETHAN_THREAD_NICENESS (Linux; a no-op elsewhere or at 0)."""
     niceness = settings.ETHAN_THREAD_NICENESS
     # Elsewhere (macOS) the nice value is the whole process's, the event loop's with it.
     if niceness and sys.platform == "linux":

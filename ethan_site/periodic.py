@@ -38,7 +38,7 @@ from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from ethan_shared.queue import run_deferred
-from ethan_shared.threads import _nicer
+from ethan_shared.threads import nicer
 from ethan_site.schedule import PERIODIC_TASKS, Periodic
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ class PeriodicWork:
             log.info("periodic work stopped in process %d", os.getpid())
 
     def _loop(self) -> None:
-        _nicer()
+        nicer()
         try:
             tasks = _registered_tasks()
         except Exception:  # a task renamed without its schedule: said once, nothing runs
