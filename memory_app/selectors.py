@@ -218,8 +218,8 @@ class _RankedRows:
 
 def fact_twin(*, owner: AbstractBaseUser, content: str, vector: meaning.Query) -> Fact | None:
     """The owner's active fact that says `content` in other words, found by `vector` (the
-    content's) among the facts' stored vectors and confirmed by
-    normalize.same_in_other_words; None when none is near enough."""
+    content's) among the facts' stored vectors and confirmed by normalize.same_in_other_words;
+    None when none is near enough."""
     scan = meaning.nearest(facts_for_owner(owner=owner).filter(status=Fact.Status.ACTIVE), vector)
     cosines = dict(zip(scan.ids.tolist(), scan.cosines.tolist(), strict=True))
     nearest = scan.best(TWINS_LOOKED_AT)

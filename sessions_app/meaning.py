@@ -86,8 +86,8 @@ class Query:
     From a search's text (query_vector) the vector is computed on first use, so a scan that
     finds no stored vector of that embedder (a new person, with no fact or episode embedded
     yet) never embeds: the default embedder spends 2-3 ms of CPU on one short text, 7-20 ms
-    after an idle moment on a small VM. A vector computed elsewhere (a
-    batch of extracted facts') is given as `vector`."""
+    after an idle moment on a small VM. A vector computed elsewhere (a batch of extracted
+    facts') is given as `vector`."""
 
     def __init__(self, name: str, *, text: str = "", vector: np.ndarray | None = None) -> None:
         if vector is None and not text:
@@ -101,11 +101,6 @@ class Query:
         if self._vector is None:
             self._vector = _query_embedded(self.name, self.text)
         return self._vector
-
-    @property
-    def embedded(self) -> bool:
-        """Whether the vector has been computed (or was given)."""
-        return self._vector is not None
 
 
 def query_vector(text: str) -> Query | None:
