@@ -120,11 +120,13 @@ class MeaningTimer:
                 self.embeds += 1
 
         def timed_nearest(*args, **kwargs):
-            started = time.perf_counter()
+            # A scan embeds its query when it first finds a stored vector (meaning.Query):
+            # that time is the embedding's, counted there, not the scan's.
+            started, embedding = time.perf_counter(), self.embed_s
             try:
                 return self.real_nearest(*args, **kwargs)
             finally:
-                self.scan_s += time.perf_counter() - started
+                self.scan_s += time.perf_counter() - started - (self.embed_s - embedding)
 
         self.embedder.embed = timed_embed
         self.meaning.nearest = timed_nearest
@@ -365,9 +367,8 @@ def scan_rows(rows, query, cap: int | None = None):
     """The queryset meaning.nearest reads."""
     from sessions_app.meaning import TUNING
 
-    name, _vector = query
     return (
-        rows.filter(embedding_model=name)
+        rows.filter(embedding_model=query.name)
         .order_by("-pk")
         .values_list("pk", "embedding")[: TUNING.scan_cap if cap is None else cap]
     )
@@ -384,7 +385,7 @@ def scan_parts(rows, query, cap: int | None = None) -> dict[str, float]:
     import embedder
     from sessions_app.meaning import CHUNK
 
-    _name, vector = query
+    vector = query.vector
     queryset = scan_rows(rows, query, cap)
 
     def fetched(queryset) -> float:
@@ -437,11 +438,11 @@ def search_breakdown(owner, *, repeats: int) -> dict[str, list[float]]:
         bm25_ms, ranked = timed(messages_search, owner=owner, query=query_text)
         switch("on")
         embed_ms, found = timed(embedder.embed, [query_text], kind="query")
-        query = (found.model, found.vectors[0])
+        query = meaning.Query(found.model, vector=found.vectors[0])
         held = meaning.MessageVectors(owner.pk, found.model)
         read_ms, _none = timed(held.refresh)
         check_ms, _none = timed(held.refresh)
-        scan_ms, scan = timed(held.scan, found.vectors[0])
+        scan_ms, scan = timed(held.scan, query)
         lexical = [(r.item.pk, r.score) for r in ranked]
         fuse_ms, _fused = timed(meaning.fuse, lexical, scan)
         del held
@@ -675,9 +676,10 @@ def scan_plan(owner) -> str:
     from django.db import connection
 
     import embedder
+    from sessions_app import meaning
     from sessions_app.models import Message
 
-    query = (embedder.embedder_name() or "", np.zeros(1, dtype=np.float32))
+    query = meaning.Query(embedder.embedder_name() or "", vector=np.zeros(1, dtype=np.float32))
     sql, params = scan_rows(
         Message.objects.filter(session__owner=owner), query
     ).query.sql_with_params()

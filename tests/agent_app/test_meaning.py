@@ -152,15 +152,20 @@ def test_vectors_of_another_embedder_are_never_compared(embedder_on, make_sessio
     assert ENGLISH[1] in _contents(hits)
 
 
+def _known(owner, content: str) -> Fact:
+    """A trusted fact of the owner's, as the API writes it (no vector yet)."""
+    return memory_services.fact_write(
+        owner=owner, content=content, category="knowledge", confidence=0.8, source="api"
+    )
+
+
 def test_a_fact_found_by_meaning_is_injected_first(embedder_on, owner):
     for content in [
         "The user's car is a blue Volvo.",
         "The user owns a golden retriever called Max.",
         "The user works night shifts at the hospital.",
     ]:
-        memory_services.fact_write(
-            owner=owner, content=content, category="knowledge", confidence=0.8, source="api"
-        )
+        _known(owner, content)
     vectors_write(owner_id=owner.pk)
     assert not Fact.objects.filter(embedding_model=None).exists()
     injected = facts_for_injection(owner=owner, limit=3, text="any tips for my puppy?")
@@ -168,13 +173,7 @@ def test_a_fact_found_by_meaning_is_injected_first(embedder_on, owner):
 
 
 def test_an_edited_fact_loses_its_old_vector_and_gets_a_new_one(embedder_on, owner):
-    fact = memory_services.fact_write(
-        owner=owner,
-        content="The user lives in Porto.",
-        category="knowledge",
-        confidence=0.8,
-        source="api",
-    )
+    fact = _known(owner, "The user lives in Porto.")
     vectors_write(owner_id=owner.pk)
     fact.refresh_from_db()
     old = bytes(fact.embedding)
@@ -215,13 +214,7 @@ def test_a_prompt_embeds_its_query_only_when_a_stored_vector_is_there(
     """A person with no fact or episode embedded yet (a new person) costs no query vector;
     once a fact has its vector, the turn embeds one, shared by facts and episodes."""
     queries = _queries_embedded(monkeypatch)
-    fact = memory_services.fact_write(
-        owner=owner,
-        content="The user owns a golden retriever called Max.",
-        category="knowledge",
-        confidence=0.8,
-        source="api",
-    )
+    fact = _known(owner, "The user owns a golden retriever called Max.")
     build_system(owner=owner, mode="work", path="full", text="any tips for my puppy?")
     assert queries == []  # the fact has no vector yet: found by its words alone
     vectors_write(owner_id=owner.pk)
