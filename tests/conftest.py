@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,28 @@ def embedder_on(settings):
     yield
     embedder.configure(embedder="off")
     meaning.messages_forget()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings():
+    """On SQLite the tests' database is a file, as the product's is, not Django's default of a
+    shared-cache database in memory. There a write by one thread fails at once, with "database
+    table is locked", while another connection's statement is open on that table: a server's
+    background thread (an import, the periodic work, consolidation after a response) racing the
+    test's own reads failed at random. A file takes turns by its lock and waits (the `timeout`
+    option), as it does for people. In memory's filesystem where there is one: a file's lock
+    without a disk's writes. Each pytest-xdist worker has its own folder."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.sqlite3":
+        yield
+        return
+    shm = Path("/dev/shm")
+    folder = Path(tempfile.mkdtemp(prefix="ethan-tests-", dir=shm if shm.is_dir() else None))
+    database.setdefault("TEST", {})["NAME"] = str(folder / "test.sqlite3")
+    yield
+    shutil.rmtree(folder, ignore_errors=True)  # with SQLite's -wal and -shm files
 
 
 @pytest.fixture(autouse=True)

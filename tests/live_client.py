@@ -2,11 +2,9 @@
 is built on) that waits, each time a response is closed, until the server has finished every
 request it began.
 
-The live server shares the test's SQLite database in memory, where a write in one thread makes
-another thread's query fail at once ("database table is locked") instead of waiting. After a
-response the server still works: it runs the embedded mode's deferred tasks (consolidation)
-once the response is over. Waiting for that before the test reads the database keeps the two
-threads apart, as a real client and a real server on a file database would be by its lock.
+After a response the server still works: it runs the embedded mode's deferred tasks
+(consolidation) once the response is over. Waiting for that before the test reads the database
+means the test reads what the server finished, not a state halfway through its work.
 """
 
 from __future__ import annotations

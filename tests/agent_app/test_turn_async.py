@@ -29,10 +29,7 @@ async def read(turn) -> list:
 
 def test_two_turns_stream_at_once_on_one_event_loop_and_are_stored(owner, fakes):
     fake = fakes["openai"]
-    # The second answer starts later and is written faster, so it ends well before the first
-    # and the two replies are not stored in the same moment:
-    # the tests' in-memory SQLite (shared cache) refuses concurrent writers at once, where a
-    # database file waits for the lock.
+    # The second answer starts later and is written faster, so it ends well before the first.
     fake.fake.reply(fake.text(ANSWER), first_chunk_ms=150, chunk_ms=60)
     fake.fake.reply(fake.text(ANSWER), first_chunk_ms=450, chunk_ms=5)
     first, second = start(owner, "Where do I live?"), start(owner, "And where do you live?")

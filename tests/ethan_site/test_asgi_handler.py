@@ -15,8 +15,7 @@ from ethan_site.asgi import django_application
 async def _served(scope: dict, receive, send) -> None:
     """The request, then the turns it started: they go on after the answer (a broken answer
     does not stop them), as they would on a server's loop. Waited for here, so that the test
-    reads what they stored, not while they write (the in-memory test database refuses a read
-    while another thread writes, where a file database would wait)."""
+    reads what they stored, not while they write."""
     from channels_app.turns import TURNS
 
     await django_application(scope, receive, send)

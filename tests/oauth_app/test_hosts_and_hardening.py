@@ -41,9 +41,7 @@ def person(transactional_db, owner):
 @pytest.fixture
 def site(transactional_db, person):
     """The whole site served, on the test's database from before it starts until after it has
-    stopped: its periodic work's thread must not outlive the database's access. The person is
-    written before it starts: that thread writes at once, and on the tests' in-memory SQLite
-    (shared cache) a second writer fails at once with "table is locked" instead of waiting."""
+    stopped: its periodic work's thread must not outlive the database's access."""
     with served_site() as origin:
         yield origin
 
