@@ -25,7 +25,8 @@ The servers (`--server asgi|gunicorn|both`, both by default):
   its own `make install`), the same command: a change measured against the code before it in
   the same run. `--server change` measures asgi and before. `--before-env NAME=VALUE` sets a
   setting for it alone: `--before . --before-env ETHAN_GC_THRESHOLD=0` measures one setting
-  on and off.
+  on and off; `--asgi-env NAME=VALUE` sets one for this checkout's server alone (against older
+  code that has no such setting: `--asgi-env ETHAN_EMBEDDER=off` does the same work it did).
 
 The model is bench.slow_model in a process of its own: one asyncio loop speaking OpenAI's wire
 protocol, its first chunk 1 s after a request, then a chunk every 250 ms for 10 s, as a real
@@ -129,6 +130,7 @@ SERVE_COMMANDS = ("asgi", "before")
 SERVER_SETS = {"both": ("asgi", "gunicorn"), "change": ("asgi", "before")}
 BEFORE: Path | None = None  # --before
 BEFORE_ENV: dict[str, str] = {}  # --before-env
+ASGI_ENV: dict[str, str] = {}  # --asgi-env
 ARRIVALS = ("burst", "spread")
 MB = 1024 * 1024
 
@@ -218,10 +220,11 @@ def server_label(server: str, workers: int, asgi_workers: int = 1) -> str:
         if settings:
             return f"`ethan serve` at {commit or BEFORE} with {settings}"
         return f"`ethan serve` at {commit or BEFORE} (the code before the change)"
+    settings = "".join(f" with {name}={value}" for name, value in ASGI_ENV.items())
     if server == "asgi" and asgi_workers > 1:
-        return f"`ethan serve --workers {asgi_workers}` (ethan_site.asgi under uvicorn)"
+        return f"`ethan serve --workers {asgi_workers}`{settings} (ethan_site.asgi under uvicorn)"
     if server == "asgi":
-        return "`ethan serve` (ethan_site.asgi under uvicorn, one process)"
+        return f"`ethan serve`{settings} (ethan_site.asgi under uvicorn, one process)"
     return f"the old `make serve`'s gunicorn, {workers} sync workers (ethan_site.wsgi)"
 
 
@@ -279,8 +282,9 @@ class ServeStack(BenchStack):
                 return
             if name == "asgi":
                 command = asgi_command(port=self.port, workers=self.asgi_workers)
-            else:
-                command = gunicorn_command(port=self.port, workers=self.workers)
+                super()._spawn(name, command, env={**self.env, **ASGI_ENV})
+                return
+            command = gunicorn_command(port=self.port, workers=self.workers)
         super()._spawn(name, command)
 
     def _wait_web(self) -> float:
@@ -1200,6 +1204,13 @@ def main(argv: list[str] | None = None) -> int:
         help="a setting of the server `before` only (a setting measured on and off: --before .)",
     )
     parser.add_argument(
+        "--asgi-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of this checkout's `ethan serve` only",
+    )
+    parser.add_argument(
         "--levels",
         type=lambda text: tuple(int(n) for n in re.split(r"[, ]+", text.strip()) if n),
         default=LEVELS,
@@ -1256,6 +1267,7 @@ def main(argv: list[str] | None = None) -> int:
         global BEFORE
         BEFORE = args.before.resolve()
         BEFORE_ENV.update(item.split("=", 1) for item in args.before_env)
+    ASGI_ENV.update(item.split("=", 1) for item in args.asgi_env)
     return run_per_database(
         module="bench.concurrent_streams",
         argv=argv,
