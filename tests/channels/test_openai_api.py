@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import replace
 
 import openai
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from openai.types.chat import ChatCompletion
 from rest_framework.authtoken.models import Token
 
 from channels_app.models import ClientConversation
+from channels_app.openai import apis
 from memory_app.models import Fact
 from memory_app.services import fact_write
 from sessions_app.models import ChatSession, Message
@@ -242,6 +246,60 @@ def test_a_regenerate_answers_again_without_storing_the_question_twice(client_fo
         ("assistant", "Red."),
         ("user", "More"),
     ]
+
+
+def test_the_same_first_message_sent_twice_at_once_is_stored_in_one_session(
+    client_for, owner, fakes, monkeypatch
+):
+    """Two requests with the same first message, the second placed before the first had stored
+    its conversation: the second's fence (conversation_claim) finds it in the transaction that
+    would store its question, gives way (that write undone) and is placed again, into the
+    first's session, as a regenerate."""
+    openai_fake = fakes["openai"]
+    client = client_for(owner)
+    hello = [{"role": "user", "content": "Hi, I'm Ada"}]
+    placed, fenced = [], []
+    real_place, real_claim = apis.conversation_place, apis.conversation_claim
+
+    def place_late(**kwargs):
+        placement = real_place(**kwargs)
+        placed.append(placement)
+        # The second request's first placement: as if the first had not stored it yet.
+        return replace(placement, session=None, again=False) if len(placed) == 2 else placement
+
+    def claim_counted(**kwargs):
+        fence = real_claim(**kwargs)
+
+        def counted(session, question):
+            if question is None:  # the turn's later writes: nothing to claim
+                return fence(session, question)
+            with CaptureQueriesContext(connection) as statements:
+                kept = fence(session, question)
+            fenced.append((kept, len(statements)))
+            return kept
+
+        return counted
+
+    monkeypatch.setattr(apis, "conversation_place", place_late)
+    monkeypatch.setattr(apis, "conversation_claim", claim_counted)
+    openai_fake.fake.reply(openai_fake.text("Hello Ada."))
+    client.chat.completions.create(model="ethan/gpt-4o", messages=hello)
+    openai_fake.fake.reply(openai_fake.text("Hello again, Ada."))
+    second = client.chat.completions.create(model="ethan/gpt-4o", messages=hello)
+
+    assert second.choices[0].message.content == "Hello again, Ada."
+    session = ChatSession.objects.get()
+    assert stored(session) == [
+        ("user", "Hi, I'm Ada"),
+        ("assistant", "Hello Ada."),
+        ("assistant", "Hello again, Ada."),
+    ]
+    assert ClientConversation.objects.filter(owner=owner).count() == 1
+    assert len(openai_fake.fake.requests) == 2  # the request that gave way asked no model
+    # A new session's claim: a read and one insert (PostgreSQL takes its lock first); the
+    # request that gave way only read.
+    lock = 1 if connection.vendor == "postgresql" else 0
+    assert fenced == [(True, 2 + lock), (False, 1 + lock)]
 
 
 def test_regenerating_the_first_reply_stays_in_its_session(client_for, owner, llm_config):
