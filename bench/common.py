@@ -36,6 +36,7 @@ RECORDS = {
     "bench.meaning_cost": "memory.md",
     "bench.fact_twins": "memory.md",
     "bench.consolidation_cost": "memory.md",
+    "bench.conversation_vectors": "memory.md",
     "bench.memory_page": "memory.md",
     "bench.turn_overhead": "turn.md",
     "bench.context_tokens": "turn.md",

@@ -82,14 +82,13 @@ WRITE_BATCH = 5_000  # rows a fill writes at once
 
 
 def switch(mode: str) -> None:
-    """The embedder on ("default") or off, and the query vectors this thread remembers
-    forgotten (meaning.query_vector keeps the latest few texts): every measured call computes
-    its query's vector, as a turn with new words does."""
+    """The embedder on ("default") or off, and the vectors the process remembers forgotten
+    (embedder.forget: the embedder keeps the latest texts' vectors): every measured call
+    computes its query's vector, as a turn with new words does."""
     import embedder
-    from sessions_app import meaning
 
     embedder.configure(embedder="default" if mode == "on" else "off")
-    meaning.queries_forget()
+    embedder.forget()
 
 
 class MeaningTimer:

@@ -11,7 +11,7 @@ models are never compared.
 Plain Python: nothing here imports Django. docs/embeddings.md says how to configure it.
 """
 
-from embedder.client import embed, embedder_name, preload, preload_in_background
+from embedder.client import embed, embedder_name, forget, preload, preload_in_background
 from embedder.config import EmbedderSettings, configure, current, parse
 from embedder.types import Embeddings, Kind
 from embedder.vectors import (
@@ -34,6 +34,7 @@ __all__ = [
     "current",
     "embed",
     "embedder_name",
+    "forget",
     "from_blob",
     "from_blobs",
     "normalise",

@@ -3,10 +3,12 @@ embedder, batched and retried with ethan_llm's one retry policy."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -56,6 +58,78 @@ def embed(texts: Sequence[str], *, kind: Kind = "document") -> Embeddings | None
     choice = config.configured()
     if choice is None:
         return None
+    if not texts:
+        return _computed(choice, texts, kind)
+    keys = [REMEMBERED.key(choice, kind, text) for text in texts]
+    rows = REMEMBERED.recall(keys)
+    missing = [at for at, row in enumerate(rows) if row is None]
+    if missing:
+        found = _computed(choice, [texts[at] for at in missing], kind)
+        REMEMBERED.keep([keys[at] for at in missing], found.vectors)
+        for at, row in zip(missing, found.vectors, strict=True):
+            rows[at] = row
+    return Embeddings(model=choice.name, dim=rows[0].shape[0], vectors=np.stack(rows))
+
+
+def forget() -> None:
+    """Let go of the vectors this process remembers (tests, benches measuring the call)."""
+    REMEMBERED.clear()
+
+
+class Remembered:
+    """The vectors of the texts this process embedded last, at most `size` of them, keyed by
+    the model's name, the kind as that model reads it, and a digest of the text.
+
+    The same texts come back: a session's last two messages are embedded again at its next
+    turn, since their vectors carry the next message's text (sessions_app.meaning.combined),
+    and a turn's query is scanned against facts, episodes and messages, on whichever thread
+    each search runs. The default embedder spends about 1 ms of CPU on a short text in a batch
+    and 4-5 ms on a reply of a few sentences; a provider charges for each. Remembered, a later
+    turn of a conversation embeds its two new messages instead of four, and a query once. Only
+    a model that embeds a query apart from a document (Gemini's task types) keeps the two kinds
+    apart."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._vectors: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+
+    @staticmethod
+    def key(choice: Choice, kind: Kind, text: str) -> Hashable:
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+        return choice.name, kind if choice.provider in ASYMMETRIC else "", digest.digest()
+
+    def recall(self, keys: Sequence[Hashable]) -> list[np.ndarray | None]:
+        """The vector of each key, None where it is not remembered."""
+        with self._lock:
+            rows = [self._vectors.get(key) for key in keys]
+            for key, row in zip(keys, rows, strict=True):
+                if row is not None:
+                    self._vectors.move_to_end(key)
+        return rows
+
+    def keep(self, keys: Sequence[Hashable], vectors: np.ndarray) -> None:
+        with self._lock:
+            for key, row in zip(keys, vectors, strict=True):
+                # A copy: a row of the call's matrix would keep the whole matrix alive.
+                self._vectors[key] = row.copy()
+                self._vectors.move_to_end(key)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._vectors.clear()
+
+
+# The providers whose query vectors differ from their document vectors for the same text.
+ASYMMETRIC = frozenset({GEMINI})
+# 4,096 vectors: 8 MB with the default embedder (512 float32), 25 MB at 1,536 dimensions. A
+# process answering more conversations at once than half that remembers fewer of them.
+REMEMBERED = Remembered(4096)
+
+
+def _computed(choice: Choice, texts: list[str], kind: Kind) -> Embeddings:
     if choice.provider == LOCAL:
         return Embeddings(model=choice.name, dim=local.DIM, vectors=local.embed(texts))
     return _from_provider(choice, texts, kind)

@@ -10,8 +10,9 @@ reads only the rows of the configured embedder's name.
 
 A search then:
 1. computes its query's vector once, and only when a stored vector is found to compare it
-   with (query_vector and Query: remembered per thread, so the turn's injection of facts and
-   episodes and a memory_search of the same words share one);
+   with (query_vector and Query; the embedder remembers the vectors of the texts it embedded
+   last, so the turn's injection of facts and episodes and a memory_search of the same words
+   share one, whichever thread runs them);
 2. scans the owner's vectors in numpy, chunk by chunk, newest first, at most TUNING.scan_cap of
    them (nearest: memory and time stay bounded at any history size);
 3. fuses the two rankings over the union of their candidates (fuse):
@@ -69,11 +70,6 @@ TUNING = Tuning()
 # Vectors read and compared at once: a chunk's float32 copy is CHUNK * dim * 4 bytes (4 MB at
 # the default's 512 dimensions), whatever the number of rows scanned.
 CHUNK = 2048
-# Query vectors a thread remembers (the latest ones): a turn's injection and its tools ask for
-# the same few texts.
-REMEMBERED = 16
-
-_local = threading.local()
 
 
 def enabled() -> bool:
@@ -99,7 +95,10 @@ class Query:
     @property
     def vector(self) -> np.ndarray:
         if self._vector is None:
-            self._vector = _query_embedded(self.name, self.text)
+            found = embedder.embed([self.text], kind="query")
+            if found is None or found.model != self.name:  # switched off or changed since
+                raise RuntimeError(f"the embedder {self.name} is no longer the one configured")
+            self._vector = found.vectors[0]
         return self._vector
 
 
@@ -110,29 +109,6 @@ def query_vector(text: str) -> Query | None:
     if name is None or not text.strip():
         return None
     return Query(name, text=text)
-
-
-def queries_forget() -> None:
-    """Let go of the query vectors this thread remembers (tests, benches measuring the call)."""
-    _local.__dict__.pop("queries", None)
-
-
-def _query_embedded(name: str, text: str) -> np.ndarray:
-    """The vector of `text` as a search's query, computed once per thread for the latest
-    REMEMBERED texts: the turn's injection (facts, episodes) and a tool searching the same words
-    share one."""
-    remembered: OrderedDict = _local.__dict__.setdefault("queries", OrderedDict())
-    key = (name, text)
-    if key in remembered:
-        remembered.move_to_end(key)
-        return remembered[key]
-    found = embedder.embed([text], kind="query")
-    if found is None or found.model != name:  # the embedder was switched off or changed since
-        raise RuntimeError(f"the embedder {name} is no longer the one configured")
-    remembered[key] = found.vectors[0]
-    while len(remembered) > REMEMBERED:
-        remembered.popitem(last=False)
-    return found.vectors[0]
 
 
 @dataclass(frozen=True)

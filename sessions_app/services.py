@@ -478,9 +478,10 @@ def messages_embed_sessions(
 
     A message's vector carries its neighbours' text (meaning.combined: the spoken turns before
     and after it), so the spoken message just before the first pending one is written again:
-    when it was embedded, the message after it did not exist yet. Idempotent and resumable: a
-    pass killed half-way leaves rows with or without a vector, and the next pass starts at the
-    first without."""
+    when it was embedded, the message after it did not exist yet (its own text's vector, and
+    its previous turn's, the embedder remembers: embedder.client.REMEMBERED). Idempotent and
+    resumable: a pass killed half-way leaves rows with or without a vector, and the next pass
+    starts at the first without."""
     name = embedder_name()
     if name is None:
         return {}

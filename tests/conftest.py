@@ -50,7 +50,6 @@ def embedder_on(settings):
     embedder.configure(embedder="default")
     embedder.preload()
     meaning.messages_forget()  # vectors another test's owner (the same id) left held
-    meaning.queries_forget()  # and the query vectors its searches remembered
     yield
     embedder.configure(embedder="off")
     meaning.messages_forget()
@@ -85,6 +84,15 @@ def _fresh_throttle_counts():
     from django.core.cache import cache
 
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _no_vectors_remembered():
+    """Each test embeds as a new process does: none of the vectors another test's texts left
+    remembered (embedder.client.REMEMBERED), which would spare its calls to a fake provider."""
+    import embedder
+
+    embedder.forget()
 
 
 @pytest.fixture(autouse=True)

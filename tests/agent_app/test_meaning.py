@@ -18,6 +18,7 @@ import embedder
 from agent_app.memory_search import memory_search
 from agent_app.prompts import build_system
 from agent_app.vectors import vectors_write
+from embedder import client as embedder_client
 from ethan_shared import queue
 from memory_app import services as memory_services
 from memory_app.models import Fact
@@ -186,16 +187,31 @@ def test_an_edited_fact_loses_its_old_vector_and_gets_a_new_one(embedder_on, own
 
 
 def _queries_embedded(monkeypatch) -> list[tuple[str, ...]]:
-    """The texts embedded as a search's query from now on."""
+    """The texts the embedder's model computes as a search's query from now on (not those it
+    remembered, embedder.client.REMEMBERED)."""
     calls: list[tuple[str, ...]] = []
-    real = embedder.embed
+    real = embedder_client._computed
 
-    def counted(texts, *, kind="document"):
+    def counted(choice, texts, kind):
         if kind == "query":
             calls.append(tuple(texts))
-        return real(texts, kind=kind)
+        return real(choice, texts, kind)
 
-    monkeypatch.setattr(embedder, "embed", counted)
+    monkeypatch.setattr(embedder_client, "_computed", counted)
+    return calls
+
+
+def _computed(monkeypatch) -> list[tuple[str, tuple[str, ...]]]:
+    """(kind, texts) of each call the embedder's model computes from now on, in a list that
+    fills as they come."""
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    real = embedder_client._computed
+
+    def counted(choice, texts, kind):
+        calls.append((kind, tuple(texts)))
+        return real(choice, texts, kind)
+
+    monkeypatch.setattr(embedder_client, "_computed", counted)
     return calls
 
 
@@ -309,15 +325,7 @@ def test_a_turn_embeds_its_query_once_for_facts_and_episodes(embedder_on, owner,
         turn_count=2,
     )
     vectors_write(owner_id=owner.pk)
-    queries = []
-    real = embedder.embed
-
-    def counted(texts, *, kind="document"):
-        if kind == "query":
-            queries.append(list(texts))
-        return real(texts, kind=kind)
-
-    monkeypatch.setattr(embedder, "embed", counted)
+    computed = _computed(monkeypatch)
     system = build_system(
         owner=owner,
         mode="work",
@@ -326,4 +334,5 @@ def test_a_turn_embeds_its_query_once_for_facts_and_episodes(embedder_on, owner,
         previous="I got a new pet last week.",
     )
     assert "golden retriever" in system.text and "dog's training" in system.text
-    assert queries == [["any tips for my puppy?\nI got a new pet last week."]]
+    queries = [texts for kind, texts in computed if kind == "query"]
+    assert queries == [("any tips for my puppy?\nI got a new pet last week.",)]

@@ -296,3 +296,40 @@ def test_the_workers_task_writes_the_turns_sessions_in_one_call(
     assert written == {"messages": 4, "facts": 0, "episodes": 0}
     assert len(calls) == 1
     assert len(_vectors(mine)) == 2 and len(_vectors(theirs)) == 2
+
+
+def _texts_computed(monkeypatch) -> list[str]:
+    """The texts the embedder's model computes from now on (not those it remembered)."""
+    computed: list[str] = []
+    real = embedder.client._computed
+
+    def counted(choice, texts, kind):
+        computed.extend(texts)
+        return real(choice, texts, kind)
+
+    monkeypatch.setattr(embedder.client, "_computed", counted)
+    return computed
+
+
+def test_a_conversation_s_next_turn_embeds_its_two_new_messages_only(
+    embedder_on, make_session, owner, monkeypatch
+):
+    """The two messages before the turn are written again (their vectors now carry the turn's
+    text), from the vectors remembered when they were embedded; the stored vectors are the
+    ones a process that remembered nothing writes."""
+    session = make_session(owner, "I keep bees.", "Nice.", "And two hens.", "Great.")
+    computed = _texts_computed(monkeypatch)
+    assert services.messages_embed(session_id=session.pk) == 4
+    services.message_append(session=session, role=Message.Role.USER, content="They lay eggs.")
+    services.message_append(session=session, role=Message.Role.ASSISTANT, content="Lucky you!")
+
+    assert services.messages_embed(session_id=session.pk) == 2
+
+    first_pass = ["I keep bees.", "Nice.", "And two hens.", "Great."]
+    assert computed == [*first_pass, "They lay eggs.", "Lucky you!"]
+    remembered = _vectors(session)
+    embedder.forget()  # a new process: every text computed again
+    Message.objects.filter(session=session).update(embedding=None, embedding_model=None)
+    assert services.messages_embed(session_id=session.pk) == 6
+    for text, vector in _vectors(session).items():
+        np.testing.assert_allclose(remembered[text], vector, atol=1e-3)

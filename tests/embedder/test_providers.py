@@ -143,12 +143,13 @@ def test_gemini_429_is_retried_and_a_bad_key_is_an_auth_error(gemini_fake):
     gemini_fake.reply(
         gemini_fake.error_body(400, "API key not valid. Please pass a valid API key."), status=400
     )
+    # New texts: "one"'s vector is remembered (embedder.client.REMEMBERED), not asked again.
     with pytest.raises(ModelAuthError, match="GOOGLE_API_KEY"):
-        embedder.embed(["one"])
+        embedder.embed(["two"])
     assert len(gemini_fake.requests) == 3
     gemini_fake.reply(gemini_fake.error_body(401, "unauthenticated"), status=401)
     with pytest.raises(ModelAuthError):
-        embedder.embed(["one"])
+        embedder.embed(["three"])
     assert len(gemini_fake.requests) == 4
 
 
