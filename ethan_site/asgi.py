@@ -78,7 +78,8 @@ class Doors:
         if path == HEALTH_PATH and scope["type"] == "http":
             await healthz_asgi(scope, receive, send)
             return
-        await django_application(scope, receive, send)
+        async with serving.REQUEST_THREADS.lent():  # Django's thread for it, kept
+            await django_application(scope, receive, send)
 
     def stop(self) -> None:
         """The server was told to stop (SIGTERM): no new turn is taken, open MCP event streams

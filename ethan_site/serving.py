@@ -16,6 +16,9 @@ Also per process, and kept where it acts: the turns' database threads' nice valu
 
 And one applied before the handler is built, for the life of the process: Django's middleware
 run in one hop to the request's thread (ETHAN_MIDDLEWARE_ONE_HOP, middleware_in_one_hop).
+
+And one around each request Django serves (ethan_site.asgi.Doors): the thread for its
+synchronous part lent from those kept (ETHAN_REQUEST_THREADS_KEPT, RequestThreads).
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 
+from asgiref.sync import AsyncToSync, ThreadSensitiveContext
 from django.conf import settings
 from django.db import connections
 from django.utils.deprecation import MiddlewareMixin
@@ -130,3 +137,51 @@ def middleware_in_one_hop() -> None:
         middleware = import_string(path)
         if isinstance(middleware, type) and issubclass(middleware, MiddlewareMixin):
             middleware.async_capable = False
+
+
+class RequestThreads:
+    """The threads Django's synchronous part of a request runs on (its request_started and
+    request_finished signals, the middleware, a synchronous view, a turn door's admission),
+    each lent to one request at a time and kept for the next.
+
+    Django's ASGI handler gives every request a ThreadSensitiveContext of its own, for which
+    asgiref makes a one-thread executor, starts its thread and, when the request ends, starts
+    another thread to join it: two threads started and ended a request, `Thread.start` blocking
+    the event loop until each runs, and on SQLite a new database connection in each (its
+    PRAGMAs, its SQL functions). Here the context is entered first, with an executor lent from
+    `kept` idle ones (asgiref 3.13's `ThreadSensitiveContext(executor=…)`: Django's own
+    context inside it then changes nothing), so a request still has a thread to itself for as
+    long as it runs, as Django means, and that thread and its connection serve the next one.
+    More requests at once than are kept get a new executor each; past `kept`, one given back
+    is shut down. So is one whose request did not end normally (a client gone mid-call): a
+    synchronous call may still be running in it."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self._idle: list[ThreadPoolExecutor] = []
+
+    @asynccontextmanager
+    async def lent(self) -> AsyncIterator[None]:
+        # Off: Django's own way, a thread for each request. And a synchronous caller's call
+        # (a test's async_to_sync) keeps the caller's thread, its connection and transaction,
+        # as Django's handler has it there.
+        if not self.kept or getattr(AsyncToSync.executors, "current", None) is not None:
+            yield
+            return
+        try:
+            executor = self._idle.pop()
+        except IndexError:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-request")
+        ended = False
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                yield
+            ended = True
+        finally:
+            if ended and len(self._idle) < self.kept:
+                self._idle.append(executor)
+            else:
+                executor.shutdown(wait=False)
+
+
+REQUEST_THREADS = RequestThreads(settings.ETHAN_REQUEST_THREADS_KEPT)

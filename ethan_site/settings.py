@@ -180,9 +180,10 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
     # to a query that runs in a few (bench.session_search).
     _database.setdefault("OPTIONS", {})["options"] = "-c jit=off"
     # A pool per process (psycopg's), not a connection kept per thread: the web server runs
-    # each request's synchronous part in a thread that ends with it, where a kept connection
-    # would be left open for the garbage collector; from a pool it is given back at the
-    # request's end (CONN_MAX_AGE 0) for the next. Celery's prefork workers close the pool
+    # each request's synchronous part in a thread lent for it or started for it (ethan_site.
+    # serving.RequestThreads), and a connection kept by each would hold PostgreSQL's slots
+    # however few requests are running; from a pool it is given back at the request's end
+    # (CONN_MAX_AGE 0) for the next. Celery's prefork workers close the pool
     # they inherit. ETHAN_DB_POOL_SIZE connections at most per process (PostgreSQL allows
     # 100 by default, for every process together).
     _database["CONN_MAX_AGE"] = 0
@@ -361,6 +362,10 @@ ETHAN_GC_THRESHOLD = _config.non_negative("ETHAN_GC_THRESHOLD", 20_000)
 # server, not one round trip per hook (ethan_site.serving.middleware_in_one_hop). Off: each
 # hook hops, as Django does by default.
 ETHAN_MIDDLEWARE_ONE_HOP = _config.get("ETHAN_MIDDLEWARE_ONE_HOP", True, bool)
+# Threads kept for Django's synchronous part of a request (its signals, the middleware, the
+# turn doors' admission), each lent to one request at a time, where Django starts a thread for
+# every request and another to join it (ethan_site.serving.RequestThreads). 0: Django's way.
+ETHAN_REQUEST_THREADS_KEPT = _config.non_negative("ETHAN_REQUEST_THREADS_KEPT", 8)
 # How long each of the server's threads keeps its SQLite connection (ethan_site.serving).
 ETHAN_SQLITE_KEEP_SECONDS = _config.non_negative("ETHAN_SQLITE_KEEP_SECONDS", 60)
 # Milliseconds the server waits to write the vectors of the turns that ended, so that those ending

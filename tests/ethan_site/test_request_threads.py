@@ -1,0 +1,119 @@
+"""Django's synchronous part of a request runs on a thread kept for the next request
+(ethan_site.serving.RequestThreads): one thread a request at a time, as Django has it, without
+starting two threads for every request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.core.signals import request_started
+
+from ethan_site import serving
+from ethan_site.serving import RequestThreads
+from tests.mcp_client import free_port
+
+
+async def _thread_of_a_request(threads: RequestThreads, *, hold: float = 0.0) -> int:
+    """The thread a request's synchronous part runs on, inside Django's own context as its
+    handler enters it."""
+    async with threads.lent(), ThreadSensitiveContext():
+        ident = await sync_to_async(threading.get_ident)()
+        await asyncio.sleep(hold)
+        return ident
+
+
+def test_requests_one_after_another_run_on_the_same_kept_thread():
+    threads = RequestThreads(2)
+
+    async def main():
+        return [await _thread_of_a_request(threads) for _ in range(3)]
+
+    first, second, third = asyncio.run(main())
+    assert first == second == third != threading.get_ident()
+
+
+def test_requests_at_once_each_have_a_thread_and_only_kept_ones_stay():
+    threads = RequestThreads(1)
+
+    async def main():
+        return await asyncio.gather(*(_thread_of_a_request(threads, hold=0.1) for _ in range(3)))
+
+    idents = asyncio.run(main())
+    assert len(set(idents)) == 3  # none waits for another's thread
+    assert len(threads._idle) == 1
+
+
+def test_a_request_that_did_not_end_normally_gives_back_no_thread():
+    threads = RequestThreads(2)
+
+    async def main():
+        kept = await _thread_of_a_request(threads)
+        with contextlib.suppress(RuntimeError):
+            async with threads.lent(), ThreadSensitiveContext():
+                await sync_to_async(threading.get_ident)()
+                raise RuntimeError("the client left")
+        return kept, await _thread_of_a_request(threads)
+
+    kept, after = asyncio.run(main())
+    assert kept != after
+    assert len(threads._idle) == 1
+
+
+@contextlib.contextmanager
+def _doors_in_thread() -> Iterator[str]:
+    """The server's one application (ethan_site.asgi) under uvicorn in a thread of this
+    process, with no lifespan: Django's part is what is asked for here."""
+    import uvicorn
+
+    from ethan_site.asgi import application
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise AssertionError("the server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)
+
+
+@pytest.mark.parametrize("kept", [8, 0])
+def test_the_served_application_lends_djangos_thread_of_a_request(
+    kept, transactional_db, monkeypatch
+):
+    """Three requests one after another: on one kept thread; with none kept, Django's own way,
+    on a new thread each."""
+    monkeypatch.setattr(serving, "REQUEST_THREADS", RequestThreads(kept))
+    names: list[str] = []
+
+    def started(**kwargs) -> None:
+        names.append(threading.current_thread().name)
+
+    request_started.connect(started, weak=False)
+    try:
+        with _doors_in_thread() as url:
+            answers = [httpx.get(f"{url}/v1/models").status_code for _ in range(3)]
+    finally:
+        request_started.disconnect(started)
+    assert answers == [401, 401, 401]
+    if kept:
+        assert len(set(names)) == 1 and names[0].startswith("django-request"), names
+    else:
+        assert len(set(names)) == 3, names
