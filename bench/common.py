@@ -41,6 +41,7 @@ RECORDS = {
     "bench.turn_overhead": "turn.md",
     "bench.context_tokens": "turn.md",
     "bench.chat_throughput": "throughput.md",
+    "bench.request_cost": "throughput.md",
     "bench.first_delta": "first-delta.md",
     "bench.concurrent_streams": "streams.md",
     "bench.openai_compat": "chat-apps.md",

@@ -47,24 +47,31 @@ def free_port() -> int:
 def served_in_thread() -> Iterator[str]:
     """`ethan mcp --http`'s app under uvicorn in a thread of this process: its tools use the
     test's database. Yields the /mcp URL."""
-    import uvicorn
-
     from channels_app.mcp_server.server import http_app
 
     port = free_port()
-    config = uvicorn.Config(
-        http_app(host="127.0.0.1", port=port), host="127.0.0.1", port=port, log_level="warning"
+    with app_in_thread(http_app(host="127.0.0.1", port=port), port) as base:
+        yield f"{base}/mcp"
+
+
+@contextlib.contextmanager
+def app_in_thread(app, port: int, **config) -> Iterator[str]:
+    """An ASGI application under uvicorn in a thread of this process, on `port`, with uvicorn's
+    `config`; yields its base URL. Stopped on the way out."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", **config)
     )
-    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
-            raise AssertionError("the MCP server did not start")
+            raise AssertionError("the server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=20)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,8 +14,9 @@ from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.signals import request_started
 
 from ethan_site import serving
+from ethan_site.asgi import application
 from ethan_site.serving import RequestThreads
-from tests.mcp_client import free_port
+from tests.mcp_client import app_in_thread, free_port
 
 
 async def _thread_of_a_request(threads: RequestThreads, *, hold: float = 0.0) -> int:
@@ -66,34 +65,6 @@ def test_a_request_that_did_not_end_normally_gives_back_no_thread():
     assert len(threads._idle) == 1
 
 
-@contextlib.contextmanager
-def _doors_in_thread() -> Iterator[str]:
-    """The server's one application (ethan_site.asgi) under uvicorn in a thread of this
-    process, with no lifespan: Django's part is what is asked for here."""
-    import uvicorn
-
-    from ethan_site.asgi import application
-
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            application, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise AssertionError("the server did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=20)
-
-
 @pytest.mark.parametrize("kept", [8, 0])
 def test_the_served_application_lends_djangos_thread_of_a_request(
     kept, transactional_db, monkeypatch
@@ -108,7 +79,9 @@ def test_the_served_application_lends_djangos_thread_of_a_request(
 
     request_started.connect(started, weak=False)
     try:
-        with _doors_in_thread() as url:
+        # The server's one application (ethan_site.asgi), with no lifespan: Django's part is
+        # what is asked for here.
+        with app_in_thread(application, free_port(), lifespan="off") as url:
             answers = [httpx.get(f"{url}/v1/models").status_code for _ in range(3)]
     finally:
         request_started.disconnect(started)
