@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import logging
 import sys
+import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -153,8 +154,9 @@ class RequestThreads:
     context inside it then changes nothing), so a request still has a thread to itself for as
     long as it runs, as Django means, and that thread and its connection serve the next one.
     More requests at once than are kept get a new executor each; past `kept`, one given back
-    is shut down. So is one whose request did not end normally (a client gone mid-call): a
-    synchronous call may still be running in it."""
+    is shut down. So is one whose request did not end normally, or ended with a call still
+    given to its thread (a task the request started, going on after it): it would hold up the
+    next request."""
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
@@ -171,17 +173,46 @@ class RequestThreads:
         try:
             executor = self._idle.pop()
         except IndexError:
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-request")
+            executor = _RequestThread()
         ended = False
         try:
             async with ThreadSensitiveContext(executor=executor):
                 yield
             ended = True
         finally:
-            if ended and len(self._idle) < self.kept:
+            if ended and not executor.busy and len(self._idle) < self.kept:
                 self._idle.append(executor)
             else:
                 executor.shutdown(wait=False)
+
+
+class _RequestThread(ThreadPoolExecutor):
+    """One thread, and whether a call given to it is still queued or running: a request that
+    ended while one was (a task it started, still running after it) gives it back to no one."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="django-request")
+        self._calls = 0
+        self._calls_lock = threading.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self._calls > 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        with self._calls_lock:
+            self._calls += 1
+        try:
+            future = super().submit(fn, *args, **kwargs)
+        except BaseException:
+            self._call_done()
+            raise
+        future.add_done_callback(self._call_done)
+        return future
+
+    def _call_done(self, _future=None) -> None:
+        with self._calls_lock:
+            self._calls -= 1
 
 
 REQUEST_THREADS = RequestThreads(settings.ETHAN_REQUEST_THREADS_KEPT)

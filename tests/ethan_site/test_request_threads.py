@@ -90,3 +90,24 @@ def test_the_served_application_lends_djangos_thread_of_a_request(
         assert len(set(names)) == 1 and names[0].startswith("django-request"), names
     else:
         assert len(set(names)) == 3, names
+
+
+def test_a_request_that_ended_with_a_call_still_running_gives_back_no_thread():
+    """A task the request started goes on after it, inside its thread: the next request must
+    not queue behind it."""
+    threads = RequestThreads(2)
+    release = threading.Event()
+
+    async def main():
+        async with threads.lent(), ThreadSensitiveContext():
+            busy = await sync_to_async(threading.get_ident)()
+            running = asyncio.ensure_future(sync_to_async(release.wait)())
+            await asyncio.sleep(0.05)  # given to the request's thread, waiting there
+        kept = list(threads._idle)
+        after = await asyncio.wait_for(_thread_of_a_request(threads), 5)
+        release.set()
+        await running
+        return busy, kept, after
+
+    busy, kept, after = asyncio.run(main())
+    assert kept == [] and after != busy
