@@ -14,8 +14,8 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef, Q, Subquery, Value
-from django.db.models.functions import Coalesce, Concat
+from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet, Value, Window
+from django.db.models.functions import Coalesce, Concat, RowNumber
 from django.utils import timezone
 
 from embedder import embedder_name
@@ -485,11 +485,7 @@ def messages_embed_sessions(
     name = embedder_name()
     if name is None:
         return {}
-    pending = {}
-    for session_id in session_ids:
-        found = _pending_rows(session_id, name, limit)
-        if found is not None:
-            pending[session_id] = found
+    pending = _pending_rows(session_ids, name, limit)
     if not pending:
         return {}
     found = meaning.vectors_of([content for rows in pending.values() for _pk, content in rows.rows])
@@ -515,21 +511,73 @@ def messages_embed_sessions(
     return {session_id: rows.count for session_id, rows in pending.items()}
 
 
-def _pending_rows(session_id: str, name: str, limit: int) -> _Pending | None:
-    """The session's rows to embed (in two queries), or None when none is pending."""
-    spoken = Message.objects.filter(session_id=session_id, role__in=SPOKEN).exclude(content="")
-    first = Subquery(meaning.pending(spoken, name).order_by("seq").values("seq")[:1])
-    # The first `limit` from the first pending one, and the one after them: its next neighbour.
-    after = list(
-        spoken.filter(seq__gte=first).order_by("seq").values_list("pk", "content")[: limit + 1]
+def _pending_rows(session_ids: Sequence[str], name: str, limit: int) -> dict[str, _Pending]:
+    """Each session's rows to embed, for all of them in three queries (a query costs the
+    process more to build than the database to run, and a batch of turns holds dozens of
+    sessions): their first pending messages, then what follows each, then what precedes it.
+    Sessions with none pending are left out."""
+    spoken = Message.objects.filter(session_id__in=session_ids, role__in=SPOKEN).exclude(content="")
+    firsts = dict(
+        meaning.pending(spoken, name).order_by().values_list("session_id").annotate(Min("seq"))
     )
-    if not after:
-        return None
-    # The two spoken turns before the first pending one: the one written again, and its own
-    # previous turn, its context.
-    before = list(spoken.filter(seq__lt=first).order_by("-seq").values_list("pk", "content")[:2])
-    before.reverse()
-    count = min(len(after), limit)
-    return _Pending(
-        rows=before + after, start=max(0, len(before) - 1), end=len(before) + count, count=count
+    if not firsts:
+        return {}
+    # The first `limit` from each first pending one, and the one after them: its next neighbour
+    # (numbered over all of a session's rows from its first pending one: a few after a turn,
+    # what is left of an imported session while it is embedded `limit` at a time).
+    after = _per_session(
+        spoken.filter(_any(Q(session_id=sid, seq__gte=first) for sid, first in firsts.items()))
+        .annotate(place=Window(RowNumber(), partition_by=F("session_id"), order_by=F("seq").asc()))
+        .filter(place__lte=limit + 1)
     )
+    # The two spoken turns before each first pending one: the one written again, and its own
+    # previous turn, its context; looked for among the few messages before it, and further
+    # back for a session whose last rounds were mostly tool steps.
+    before = _per_session(
+        spoken.filter(
+            _any(
+                Q(session_id=sid, seq__lt=first, seq__gte=first - _LOOKBACK)
+                for sid, first in firsts.items()
+            )
+        )
+    )
+    pending = {}
+    for session_id, first in firsts.items():
+        earlier = before.get(session_id, [])[-2:]
+        if len(earlier) < 2 and first - _LOOKBACK > 1:  # seq counts from 1
+            earlier = list(
+                spoken.filter(session_id=session_id, seq__lt=first)
+                .order_by("-seq")
+                .values_list("pk", "content")[:2]
+            )[::-1]
+        rows = after[session_id]
+        count = min(len(rows), limit)
+        pending[session_id] = _Pending(
+            rows=earlier + rows,
+            start=max(0, len(earlier) - 1),
+            end=len(earlier) + count,
+            count=count,
+        )
+    return pending
+
+
+# How far before a session's first pending message its two previous spoken turns are looked for
+# in the batch's query: a round of a question and a reply is two messages, a tool step two more.
+_LOOKBACK = 8
+
+
+def _any(conditions) -> Q:
+    found = Q()
+    for condition in conditions:
+        found |= condition
+    return found
+
+
+def _per_session(rows: QuerySet) -> dict[str, list[tuple[int, str]]]:
+    """(pk, content) of `rows`, by session, each session's in order."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for session_id, pk, content in rows.order_by("session_id", "seq").values_list(
+        "session_id", "pk", "content"
+    ):
+        found.setdefault(session_id, []).append((pk, content))
+    return found

@@ -333,3 +333,55 @@ def test_a_conversation_s_next_turn_embeds_its_two_new_messages_only(
     assert services.messages_embed(session_id=session.pk) == 6
     for text, vector in _vectors(session).items():
         np.testing.assert_allclose(remembered[text], vector, atol=1e-3)
+
+
+def test_a_pass_reads_any_number_of_sessions_in_the_statements_of_one(
+    embedder_on, make_session, owner, other_owner
+):
+    """Reading what is pending and writing the vectors take the same statements for a batch
+    of turns as for one turn (a statement costs the process more to build than the database
+    to run): before, two reads a session and a write growing with the rows."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def statements(sessions) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            written = services.messages_embed_sessions(session_ids=[s.pk for s in sessions])
+        assert sum(written.values()) == 2 * len(sessions)
+        return len(captured.captured_queries)
+
+    one = make_session(owner, "I keep bees.", "Nice.")
+    many = [
+        make_session(owner if n % 2 else other_owner, f"I live in town {n}.", "Noted.")
+        for n in range(6)
+    ]
+    assert statements(many) == statements([one])
+
+
+def test_the_message_written_again_finds_its_previous_turn_past_a_round_of_tool_steps(
+    embedder_on, make_session, owner
+):
+    """The previous spoken turn is further back than the batch's read looks (a round of many
+    tool steps in between): it is looked for on its own, and the message written again gets
+    both its neighbours, as when written alone."""
+    session = make_session(owner, "I keep bees.")
+    for n in range(6):  # each tool step: the call, then its result
+        services.message_append(
+            session=session,
+            role=Message.Role.ASSISTANT,
+            content="",
+            tool_calls=[{"id": f"c{n}", "name": "memory_search", "arguments": {"query": "bees"}}],
+        )
+        services.message_append(
+            session=session, role=Message.Role.TOOL, content="nothing found", tool_call_id=f"c{n}"
+        )
+    services.message_append(session=session, role=Message.Role.ASSISTANT, content="Nice.")
+    assert services.messages_embed(session_id=session.pk) == 2
+    services.message_append(session=session, role=Message.Role.USER, content="And two hens.")
+    assert services.messages_embed(session_id=session.pk) == 1
+
+    _name, own = meaning.vectors_of(["I keep bees.", "Nice.", "And two hens."])
+    stored = _vectors(session)["Nice."]
+    both = meaning.combined(own[1], [own[0], own[2]])
+    assert embedder.cosine(stored, both) > 0.9999
+    assert embedder.cosine(stored, meaning.combined(own[1], [own[2]])) < 0.999
