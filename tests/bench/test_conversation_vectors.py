@@ -48,3 +48,42 @@ def test_a_locomo_conversation_is_read_as_its_sessions_in_order(tmp_path):
     path = tmp_path / "locomo.json"
     path.write_text(json.dumps([{"conversation": conversation}]))
     assert bench.dialogue(path, 0) == ["first", "second", "third"]
+
+
+def _locomo(tmp_path, conversations: int):
+    def conversation(n: int) -> dict:
+        turns = [
+            {"speaker": "A", "dia_id": f"D1:{i}", "text": f"{text} ({n})"}
+            for i, text in enumerate(ROUNDS)
+        ]
+        return {"conversation": {"session_1_date_time": "then", "session_1": turns}}
+
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([conversation(n) for n in range(conversations)]))
+    return path
+
+
+def test_a_pass_over_many_sessions_runs_the_statements_of_one(embedder_on, tmp_path):
+    """--sessions: each pass writes its sessions' new round, its statements do not grow with
+    its sessions (sessions_app.services), and the table has a row for each."""
+    path = _locomo(tmp_path, 2)
+    texts = [bench.dialogue(path, n) for n in range(2)]
+    found = {"this checkout": {n: bench.sessions_pass(texts[:n], rounds=3) for n in (1, 2)}}
+    passes = found["this checkout"]
+    assert passes[1]["statements"] == passes[2]["statements"] > 0
+    assert all(one["cpu_ms"] > 0 for one in passes.values())
+    assert "| this checkout | 2 |" in bench.sessions_table(found)
+
+
+def test_the_same_pass_runs_in_a_checkout_before(tmp_path):
+    """--before: the pass by another checkout's Python (here this one), on a home of its own."""
+    from argparse import Namespace
+
+    from bench.common import ROOT
+
+    home = tmp_path / "home"
+    home.mkdir()
+    args = Namespace(data=_locomo(tmp_path, 2), rounds=3, before=ROOT)
+    one = bench.before_pass(args, 2, str(home))
+    assert one["statements"] > 0 and one["cpu_ms"] > 0
+    assert (home / "ethan.sqlite3").exists()
