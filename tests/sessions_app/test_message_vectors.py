@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import embedder
 from agent_app.vectors import vectors_write
 from sessions_app import meaning, services
 from sessions_app.models import Message
@@ -144,3 +145,21 @@ def test_writing_vectors_locks_the_session_before_its_messages(embedder_on, make
     writes = [sql.split()[1].strip('"') for sql in statements if sql.startswith("UPDATE")]
     assert writes[0] == "sessions_app_chatsession", writes
     assert "sessions_app_message" in writes[1:], writes
+
+
+def test_vectors_written_by_key_count_the_rows_written_and_skip_a_row_deleted_meanwhile(
+    make_session, owner
+):
+    """meaning.rows_write for messages (no `unchanged`): one UPDATE by key run for each row; a
+    message deleted since it was read is no row written, and the others are."""
+    session = make_session(owner, "I keep bees.", "Nice.", "And two hens.")
+    kept, gone, other = Message.objects.filter(session=session).order_by("seq")
+    vectors = {row.pk: np.full(512, 0.5, dtype=np.float32) for row in (kept, gone, other)}
+    gone.delete()
+
+    assert meaning.rows_write(Message, vectors, "test-embedder") == 2
+
+    written = Message.objects.filter(session=session).order_by("seq")
+    assert [row.embedding_model for row in written] == ["test-embedder", "test-embedder"]
+    stored = embedder.from_blob(written[0].embedding, 512)
+    np.testing.assert_allclose(stored, np.full(512, 0.5), atol=1e-2)
