@@ -8,6 +8,9 @@ On a machine whose speed drifts from minute to minute, both sides meet the same 
 python -m bench.request_cost --env ETHAN_REQUEST_THREADS_KEPT=8 \\
     --before-env ETHAN_REQUEST_THREADS_KEPT=0 --path /api/chat --requests 400
 
+With --before CHECKOUT the other server is that checkout's `ethan serve` (its code, installed with
+`make install`): a change measured against the code before it, the same way.
+
 Paths: GET /v1/models (Django's middleware, the token, DRF and a small JSON answer) and POST
 /api/chat (a whole turn with the offline model, answered as JSON, or streamed with --stream).
 """
@@ -42,6 +45,7 @@ WARM_UP = 30  # requests to each server before the measured ones
 class Side:
     name: str
     settings: dict[str, str]
+    checkout: Path | None = None  # another checkout's server; None: this one's
     process: subprocess.Popen | None = None
     url: str = ""
 
@@ -54,6 +58,13 @@ def settings_of(pairs: list[str]) -> dict[str, str]:
             raise SystemExit(f"not an Ethan setting NAME=VALUE: {pair!r}")
         found[name] = value
     return found
+
+
+def commit_of(checkout: Path) -> str:
+    done = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True
+    )
+    return done.stdout.strip() or "?"
 
 
 def environment(home: Path) -> dict[str, str]:
@@ -92,7 +103,7 @@ def served(sides: list[Side], env: dict[str, str]) -> Iterator[None]:
             port = free_port()
             side.url = f"http://127.0.0.1:{port}"
             side.process = subprocess.Popen(
-                asgi_command(port=port),
+                asgi_command(port=port, checkout=side.checkout),
                 env={**env, **side.settings},
                 cwd=ROOT,
                 start_new_session=True,
@@ -167,7 +178,10 @@ def measure(sides: list[Side], *, path: str, stream: bool, requests: int, token:
 
 
 def run(args) -> dict:
-    sides = [Side("change", settings_of(args.env)), Side("before", settings_of(args.before_env))]
+    sides = [
+        Side("change", settings_of(args.env)),
+        Side("before", settings_of(args.before_env), checkout=args.before),
+    ]
     home = Path(tempfile.mkdtemp(prefix="ethan-request-cost-"))
     try:
         env = environment(home)
@@ -204,6 +218,8 @@ def table(result: dict, args) -> str:
     for side in sides:
         runs = [one[side.name] for one in result["rounds"]]
         settings = ", ".join(f"{k}={v}" for k, v in side.settings.items()) or "defaults"
+        if side.checkout is not None:
+            settings += f", the code of {side.checkout} ({commit_of(side.checkout)})"
         each = ", ".join(f"{r['cpu_ms']:.2f}" for r in runs)
         lines.append(
             f"| {side.name} | {settings} | "
@@ -218,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--before", type=Path, help="a checkout whose server is `before`")
     parser.add_argument("--path", choices=("/v1/models", "/api/chat"), default="/api/chat")
     parser.add_argument("--stream", action="store_true", help="POST /api/chat streamed")
     parser.add_argument("--requests", type=int, default=400, help="to each server, a round")

@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import F, Max, Value
-from django.db.models.functions import Concat
+from django.db.models import F, Max
 from django.utils import timezone
 
 from ethan_shared.layout import BATCH, Imported, LayoutError, epoch, file_time, storable
 from ethan_shared.private import private_file
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
-from sessions_app.services import message_opens_round
+from sessions_app.services import message_opens_round, search_tokens_add
 
 SESSIONS_DB = "sessions.db"
 
@@ -185,10 +184,7 @@ def sessions_import(
             grown.append((row["id"], len(messages), rounds))
         tokens, stored_gain = _derived(messages, stored)
         if stored_gain:
-            grown_tokens = Concat(F("search_tokens"), Value(stored_gain[1]))
-            Message.objects.filter(session_id=row["id"], seq=stored_gain[0]).update(
-                search_tokens=grown_tokens
-            )
+            search_tokens_add(stored_gain[1], session_id=row["id"], seq=stored_gain[0])
         batch += [
             Message(session_id=row["id"], seq=seq, search_tokens=tokens[seq - 1], **message)
             for seq, message in enumerate(new, start=stored + 1)

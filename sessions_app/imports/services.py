@@ -21,8 +21,7 @@ from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Concat
+from django.db.models import F
 
 from sessions_app.ids import new_session_id
 from sessions_app.imports import chatgpt, claude
@@ -36,7 +35,12 @@ from sessions_app.imports.export import (
 )
 from sessions_app.models import ChatSession, Message
 from sessions_app.search import SPOKEN, message_search_tokens
-from sessions_app.services import _session_insert, message_opens_round, title_from
+from sessions_app.services import (
+    _session_insert,
+    message_opens_round,
+    search_tokens_add,
+    title_from,
+)
 
 __all__ = ["READERS", "ExportCheck", "ExportError", "ImportReport", "export_import"]
 
@@ -184,9 +188,7 @@ def _conversation_write(
         if previous_row is not None:
             previous_row.search_tokens += gained
         elif last_stored is not None and gained:
-            Message.objects.filter(pk=last_stored[0]).update(
-                search_tokens=Concat(F("search_tokens"), Value(gained))
-            )
+            search_tokens_add(gained, id=last_stored[0])
         previous_row = Message(
             session=session,
             seq=seq,

@@ -18,13 +18,17 @@ def _args(**changes) -> argparse.Namespace:
         "stream": True,
         "requests": 4,
         "rounds": 1,
+        "before": None,
     }
     return argparse.Namespace(**{**values, **changes})
 
 
 @pytest.mark.timeout(300)
 def test_two_servers_answer_in_turn_and_are_stopped():
-    args = _args()
+    """The `before` server from a checkout of its own (--before; here this one, by its path)."""
+    from bench.common import ROOT
+
+    args = _args(before=ROOT)
     result = request_cost.run(args)
     (round_,) = result["rounds"]
     for side in ("change", "before"):
@@ -33,7 +37,7 @@ def test_two_servers_answer_in_turn_and_are_stopped():
     rows = request_cost.table(result, args)
     assert "POST /api/chat (streamed), 4 requests" in rows
     assert "| change | ETHAN_REQUEST_THREADS_KEPT=8 |" in rows
-    assert "| before | ETHAN_REQUEST_THREADS_KEPT=0 |" in rows
+    assert f"| before | ETHAN_REQUEST_THREADS_KEPT=0, the code of {ROOT} (" in rows
 
 
 def test_only_ethan_settings_are_taken():
