@@ -40,6 +40,7 @@ RECORDS = {
     "bench.memory_page": "memory.md",
     "bench.turn_overhead": "turn.md",
     "bench.context_tokens": "turn.md",
+    "bench.append_cost": "turn.md",
     "bench.chat_throughput": "throughput.md",
     "bench.request_cost": "throughput.md",
     "bench.first_delta": "first-delta.md",
@@ -94,6 +95,22 @@ def django_setup(fresh_home: bool = True) -> None:
 
     django.setup()
     call_command("migrate", interactive=False, verbosity=0)
+
+
+def in_checkout(checkout: Path, script: str, args: list[str], home: str) -> dict:
+    """Run a bench's `script` with `args` by another checkout's Python (its code: a change
+    measured against the code before it in the same run), on an embedded home of its own
+    (SQLite, `home`: that checkout's migrations); the JSON object its last line prints."""
+    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+    done = subprocess.run(
+        [str(checkout / ".venv" / "bin" / "python"), script, *args],
+        cwd=checkout,
+        env={**env, "ETHAN_HOME": home},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def percentile(samples_ms: list[float], fraction: float) -> float:

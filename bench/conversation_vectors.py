@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import append_results, command_line, django_setup
+from bench.common import append_results, command_line, django_setup, in_checkout
 
 MODES = ("remembered", "none remembered")
 
@@ -178,20 +176,15 @@ def sessions_run(args) -> dict:
 def before_pass(args, count: int, home: str) -> dict:
     """The same pass, by --before's Python and code, on an embedded home of its own (`home`):
     SQLite, as this process's must be then (sessions_run)."""
-    child = subprocess.run(
+    return in_checkout(
+        args.before,
+        __file__,
         [
-            str(args.before / ".venv" / "bin" / "python"),
-            __file__,
             *("--data", str(args.data.resolve()), "--sessions", str(count)),
             *("--rounds", str(args.rounds), "--child"),
         ],
-        cwd=args.before,
-        env={**{k: v for k, v in os.environ.items() if k != "DATABASE_URL"}, "ETHAN_HOME": home},
-        capture_output=True,
-        text=True,
-        check=True,
+        home,
     )
-    return json.loads(child.stdout.splitlines()[-1])
 
 
 def sessions_table(found: dict) -> str:
