@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import append_results, command_line, django_setup, in_checkout
+from bench.common import append_results, command_line, django_setup
 
 TEXTS = (
     "I went to the market in town this morning and bought apples and pears.",
@@ -53,6 +53,9 @@ def run(args) -> dict[str, list[float]]:
         if connection.vendor != "sqlite":
             raise SystemExit("--before compares on SQLite: run without DATABASE_URL")
         found[before] = []
+    # Here, not at the top: --before's checkout runs this file with its own bench.common.
+    from bench.common import in_checkout
+
     home = tempfile.mkdtemp(prefix="ethan-appends-before-")
     try:
         for _ in range(args.repeats):

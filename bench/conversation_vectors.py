@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import append_results, command_line, django_setup, in_checkout
+from bench.common import append_results, command_line, django_setup
 
 MODES = ("remembered", "none remembered")
 
@@ -176,6 +176,9 @@ def sessions_run(args) -> dict:
 def before_pass(args, count: int, home: str) -> dict:
     """The same pass, by --before's Python and code, on an embedded home of its own (`home`):
     SQLite, as this process's must be then (sessions_run)."""
+    # Here, not at the top: --before's checkout runs this file with its own bench.common.
+    from bench.common import in_checkout
+
     return in_checkout(
         args.before,
         __file__,
