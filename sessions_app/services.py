@@ -256,8 +256,8 @@ def _message_write(
 def search_tokens_add(gained: str, **where: Any) -> None:
     """Append `gained` (message_search_tokens' words of the next turn) to a stored message's
     search tokens, in the database: the message given as `id=…`, or as `session_id=…, seq=…`.
-    Written as SQL: the ORM's Concat of an F() and a Value cost a spoken append a third of its
-    CPU to compile (SQLite), and every turn makes two."""
+    Written as SQL: compiling the ORM's Concat of an F() and a Value made a spoken append cost
+    0.485 ms of CPU against 0.274 (SQLite, bench.append_cost), and every turn makes two."""
     quoted = connection.ops.quote_name
     tokens = quoted(Message._meta.get_field("search_tokens").column)
     found = " AND ".join(f"{quoted(Message._meta.get_field(name).column)} = %s" for name in where)
