@@ -53,19 +53,25 @@ def run(args) -> dict[str, list[float]]:
         if connection.vendor != "sqlite":
             raise SystemExit("--before compares on SQLite: run without DATABASE_URL")
         found[before] = []
-    # Here, not at the top: --before's checkout runs this file with its own bench.common.
-    from bench.common import in_checkout
-
     home = tempfile.mkdtemp(prefix="ethan-appends-before-")
     try:
         for _ in range(args.repeats):
             found["this checkout"].append(appends(args.appends)["cpu_ms"])
             if args.before:
-                child = ["--appends", str(args.appends), "--child"]
-                found[before].append(in_checkout(args.before, __file__, child, home)["cpu_ms"])
+                found[before].append(before_appends(args, home))
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return found
+
+
+def before_appends(args, home: str) -> float:
+    """CPU ms an append by --before's Python and code, on an embedded home of its own
+    (`home`): SQLite, as this process's must be then (run)."""
+    # Here, not at the top: --before's checkout runs this file with its own bench.common.
+    from bench.common import in_checkout
+
+    child = ["--appends", str(args.appends), "--child"]
+    return in_checkout(args.before, __file__, child, home)["cpu_ms"]
 
 
 def table(found: dict[str, list[float]], args) -> str:
