@@ -27,7 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 import ethan_llm
 from agent_app import turn_io
@@ -149,8 +149,14 @@ def owner_model(owner: AbstractBaseUser) -> str | None:
     """The `model` of the person's own settings (their imported config.yaml), if any."""
     from agent_app.models import OwnerSettings
 
-    values = OwnerSettings.objects.filter(owner=owner).values_list("values", flat=True).first()
-    model = (values or {}).get("model")
+    # Every turn reads it: SQL, as the turn's other reads (memory_app.selectors.procedures_active).
+    found = OwnerSettings.objects.raw(
+        f"SELECT id, {connection.ops.quote_name('values')} FROM {OwnerSettings._meta.db_table}"
+        " WHERE owner_id = %s",
+        [owner.pk],
+    )
+    row = next(iter(found), None)
+    model = ((row.values if row is not None else None) or {}).get("model")
     return model if isinstance(model, str) and model else None
 
 

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from rest_framework import exceptions, status
-from rest_framework.authentication import TokenAuthentication
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -27,13 +26,6 @@ class Pages(PageNumberPagination):
 
 
 log = logging.getLogger(__name__)
-
-
-class BearerTokenAuthentication(TokenAuthentication):
-    """The REST API's tokens (`ethan token NAME`) as `Authorization: Bearer <key>`, the way
-    OpenAI and MCP clients send a key."""
-
-    keyword = "Bearer"
 
 
 def api_token_get_or_create(*, owner: AbstractBaseUser) -> str:

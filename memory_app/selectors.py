@@ -262,8 +262,15 @@ def procedures_active(*, owner: AbstractBaseUser) -> list[Procedure]:
     """The rules of every turn's <behavioral_guidelines>, oldest first. The services refuse a
     rule past ETHAN_PROCEDURE_CAPACITY; rules stored before that (or above a lowered setting)
     are cut here too, so the prompt stays bounded whatever the table holds."""
-    rules = Procedure.objects.filter(owner=owner, active=True).order_by("created_at", "id")
-    return list(rules[: settings.ETHAN_PROCEDURE_CAPACITY])
+    # Every turn reads them. SQL run by Model.objects.raw: Procedures as the ORM makes them,
+    # without building and compiling a query, which costs the ORM several times the read.
+    return list(
+        Procedure.objects.raw(
+            f"SELECT * FROM {Procedure._meta.db_table} WHERE owner_id = %s AND active"
+            " ORDER BY created_at, id LIMIT %s",
+            [owner.pk, settings.ETHAN_PROCEDURE_CAPACITY],
+        )
+    )
 
 
 # --- what the memory page shows (channels_app.memory_page) ---------------------------

@@ -152,7 +152,13 @@ def context_parts(
     from memory_app.models import WorkingState
 
     config = config or memory_config()
-    state = WorkingState.objects.filter(session=session).first() if session.is_persisted else None
+    state = None
+    if session.is_persisted:
+        # Every turn reads it: SQL, as the turn's other reads (selectors.procedures_active).
+        found = WorkingState.objects.raw(
+            f"SELECT * FROM {WorkingState._meta.db_table} WHERE session_id = %s", [session.pk]
+        )
+        state = next(iter(found), None)
     compressed = state.compressed_through if state is not None else 0
     stored_rounds = session.round_count if session.is_persisted else 0
     rounds = stored_rounds + (1 if current_input is not None else 0)

