@@ -192,6 +192,14 @@ def asgi_command(*, port: int, workers: int = 1, checkout: Path | None = None) -
     return command if workers == 1 else [*command, "--workers", str(workers)]
 
 
+def checkout_place(checkout: Path) -> tuple[Path, dict[str, str]]:
+    """The directory and the environment another checkout's server runs in: its own. Started
+    from this checkout's directory it would run this checkout's code: Celery's Django fixup puts
+    the working directory first on sys.path when the Celery app is made (celery.fixups.django,
+    DjangoFixup.install), so the packages imported after it are found there."""
+    return checkout, {"PYTHONPATH": str(checkout)}
+
+
 def gunicorn_command(*, port: int, workers: int) -> list[str]:
     """The baseline: the old `make serve`'s command line (before issue 27), on `port`."""
     return [
@@ -277,8 +285,8 @@ class ServeStack(BenchStack):
             name = self.server
             if name == "before":
                 command = asgi_command(port=self.port, workers=self.asgi_workers, checkout=BEFORE)
-                env = {**self.env, "PYTHONPATH": str(BEFORE), **BEFORE_ENV}
-                super()._spawn(name, command, cwd=BEFORE, env=env)
+                cwd, place = checkout_place(BEFORE)
+                super()._spawn(name, command, cwd=cwd, env={**self.env, **place, **BEFORE_ENV})
                 return
             if name == "asgi":
                 command = asgi_command(port=self.port, workers=self.asgi_workers)

@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from bench.common import ROOT, append_results, command_line, percentile
-from bench.concurrent_streams import asgi_command
+from bench.concurrent_streams import asgi_command, checkout_place
 from bench.server import free_port, process_group_cpu
 
 SIDES = ("change", "before")
@@ -102,10 +102,11 @@ def served(sides: list[Side], env: dict[str, str]) -> Iterator[None]:
         for side in sides:
             port = free_port()
             side.url = f"http://127.0.0.1:{port}"
+            cwd, place = checkout_place(side.checkout) if side.checkout else (ROOT, {})
             side.process = subprocess.Popen(
                 asgi_command(port=port, checkout=side.checkout),
-                env={**env, **side.settings},
-                cwd=ROOT,
+                env={**env, **place, **side.settings},
+                cwd=cwd,
                 start_new_session=True,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

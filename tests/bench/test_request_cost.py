@@ -45,3 +45,24 @@ def test_only_ethan_settings_are_taken():
     for wrong in ("PATH=/tmp", "ETHAN_X"):
         with pytest.raises(SystemExit):
             request_cost.settings_of([wrong])
+
+
+def test_the_before_server_runs_in_its_checkout(monkeypatch, tmp_path):
+    """Started from this checkout's directory, another checkout's server imports this one's
+    code (Celery's Django fixup puts the working directory first on sys.path): it is started in
+    its own, with its own path first."""
+    started = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(command, *, env, cwd, **kwargs):
+        started.update(command=command, env=env, cwd=cwd)
+        raise Started
+
+    monkeypatch.setattr(request_cost.subprocess, "Popen", popen)
+    side = request_cost.Side("before", {}, checkout=tmp_path)
+    with pytest.raises(Started), request_cost.served([side], {"ETHAN_HOME": "/nowhere"}):
+        pass
+    assert started["cwd"] == tmp_path and started["env"]["PYTHONPATH"] == str(tmp_path)
+    assert started["command"][0] == str(tmp_path / ".venv" / "bin" / "ethan")
