@@ -10,14 +10,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.conf import settings
-from django.db.models import F, Q, QuerySet, Subquery, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.db.models.lookups import GreaterThanOrEqual
 from django.utils import timezone
 
 from ethan_llm.types import Message as LLMMessage
 from sessions_app.models import ChatSession, Message
-from sessions_app.selectors import session_questions
 
 if TYPE_CHECKING:
     from memory_app.models import WorkingState
@@ -124,11 +123,22 @@ def latest_rounds_messages(*, session: ChatSession, first: int) -> list[LLMMessa
     count = session.round_count - first + 1
     if count < 1:
         return []
-    start = session_questions(session=session).values("seq")[count - 1 : count]
-    rows = Message.objects.filter(session=session).order_by("seq")
+    # Every turn reads them: SQL, run by Model.objects.raw (the ORM's conversion of each
+    # column, tool_calls' JSON included), as the turn's other reads (selectors.procedures_active).
+    messages = Message._meta.db_table
+    where, params = "session_id = %s", [session.pk]
     if first > 1:  # round 1 holds what was said before the first user message too
-        rows = rows.filter(seq__gte=Subquery(start))
-    return conversation(rows.values_list("role", "content", "tool_calls"))
+        # Round `first` starts at the count-th question from the newest (session_questions:
+        # the person's messages, latest first).
+        where += (
+            f" AND seq >= (SELECT seq FROM {messages} WHERE session_id = %s AND role = %s"
+            " ORDER BY seq DESC LIMIT 1 OFFSET %s)"
+        )
+        params += [session.pk, Message.Role.USER, count - 1]
+    rows = Message.objects.raw(
+        f"SELECT id, role, content, tool_calls FROM {messages} WHERE {where} ORDER BY seq", params
+    )
+    return conversation((row.role, row.content, row.tool_calls) for row in rows)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from agent_app.models import OwnerSettings
 from agent_app.turn import owner_model
 from memory_app import selectors as memory_selectors
 from memory_app.models import Procedure, WorkingState
-from memory_app.working import context_parts
+from memory_app.working import context_parts, latest_rounds_messages
 from profile_app import selectors as profile_selectors
 from profile_app.models import ProfileSection
 
@@ -82,3 +82,41 @@ def test_the_working_state_is_the_sessions(owner, make_session):
         1,
         stored.updated_at,
     )
+
+
+def test_the_latest_rounds_are_those_rounds_messages_reads(owner, django_assert_num_queries):
+    """latest_rounds_messages (SQL, counted back from the newest question) gives rounds
+    first..last as rounds_messages (the ORM, counted from the oldest) does, over a session
+    with what came before its first question, tool steps and a question answered again."""
+    from sessions_app import services
+    from sessions_app.rounds import rounds_messages
+
+    session = services.session_start(owner=owner)
+    append = lambda role, content, **more: services.message_append(  # noqa: E731
+        session=session, role=role, content=content, **more
+    )
+    append("assistant", "Welcome back!")
+    append("user", "What did I say about Oslo?")
+    call = [{"id": "c1", "type": "function", "function": {"name": "memory_search"}}]
+    append("assistant", "Let me look.", tool_calls=call)
+    append("tool", "found: the fjords", tool_call_id="c1")
+    append("assistant", "You loved the fjords.")
+    append("user", "And Bergen?")
+    append("assistant", "You did not mention Bergen.")
+    append("assistant", "Nothing about Bergen yet.")  # answered again
+    append("user", "Thanks")
+    append("assistant", "Any time.")
+    session.refresh_from_db()
+    assert session.round_count == 3
+    for first in (1, 2, 3):
+        with django_assert_num_queries(1):
+            latest = latest_rounds_messages(session=session, first=first)
+        expected = rounds_messages(session=session, first=first, last=session.round_count)
+        assert latest == expected
+    assert latest_rounds_messages(session=session, first=4) == []
+    assert [m.content for m in latest_rounds_messages(session=session, first=2)] == [
+        "And Bergen?",
+        "Nothing about Bergen yet.",
+        "Thanks",
+        "Any time.",
+    ]

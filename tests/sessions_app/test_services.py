@@ -271,3 +271,29 @@ def test_list_and_search_queries_are_constant(
     # activity, the titles only while places are left (5 sessions: yes; 40: no), the results
     with django_assert_num_queries(search_queries):
         assert len(selectors.session_search(owner=owner, query="answer")) == min(sessions, 20)
+
+
+def test_an_appended_message_is_stored_as_the_orm_would_store_it(owner, make_session):
+    """message_append's INSERT is SQL over the model's own fields: every column as the ORM
+    writes and reads it (JSON, booleans, dates), and the message left as a save leaves it (a
+    later save updates its row)."""
+    session = make_session(owner, "hi", "hello")
+    calls = [
+        {"id": "c1", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}
+    ]
+    step = services.message_append(
+        session=session, role="assistant", content="Let me look. 你好", tool_calls=calls
+    )
+    tool = services.message_append(
+        session=session, role="tool", content="found", tool_call_id="c1", interrupted=True
+    )
+    for appended in (step, tool):
+        stored = Message.objects.get(pk=appended.pk)
+        for field in Message._meta.concrete_fields:
+            assert getattr(stored, field.attname) == getattr(appended, field.attname), field.name
+        assert not appended._state.adding and appended._state.db == "default"
+    assert (Message.objects.get(pk=step.pk).tool_calls, tool.interrupted) == (calls, True)
+    tool.content = "found it"
+    tool.save()
+    assert Message.objects.filter(session=session).count() == 4
+    assert Message.objects.get(pk=tool.pk).content == "found it"
