@@ -13,7 +13,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import Exists, F, Min, OuterRef, Q, QuerySet, Value, Window
 from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
@@ -112,7 +112,7 @@ def _session_insert(session: ChatSession) -> None:
         try:
             # A savepoint, so a collision leaves the surrounding transaction usable.
             with transaction.atomic():
-                session.save(force_insert=True)
+                _row_insert(session)
             return
         except IntegrityError:
             if not ChatSession.objects.filter(pk=session.pk).exists():
@@ -247,31 +247,34 @@ def _message_write(
         )
         if previous and gained:
             search_tokens_add(gained, id=previous[0])
-    _message_insert(message)
+    _row_insert(message)
     session.last_seq = message.seq
     session.updated_at = now
     return message
 
 
-def _message_insert(message: Message) -> None:
-    """message.save(force_insert=True) in SQL: every turn stores two messages, and the ORM's
-    building and compiling of the INSERT cost it more than the insert. Every column the model
-    has, each value as its field prepares it for the database (Field.pre_save, then
-    get_db_prep_save: JSON, bytes, dates); the id from RETURNING."""
-    fields = [field for field in Message._meta.concrete_fields if not field.primary_key]
+def _row_insert(row: ChatSession | Message) -> None:
+    """row.save(force_insert=True) in SQL: every turn stores two messages (and a new
+    conversation its session), and the ORM's building and compiling of an INSERT cost it more
+    than the insert. Every column the model has, each value as its field prepares it for the
+    database (Field.pre_save, then get_db_prep_save: JSON, bytes, dates); an id the database
+    draws comes back by RETURNING."""
+    meta = type(row)._meta
+    drawn = meta.pk if isinstance(meta.pk, models.AutoField) else None
+    fields = [field for field in meta.concrete_fields if field is not drawn]
     quoted = connection.ops.quote_name
     columns = ", ".join(quoted(field.column) for field in fields)
     marks = ", ".join(["%s"] * len(fields))
-    values = [field.get_db_prep_save(field.pre_save(message, True), connection) for field in fields]
+    values = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    returning = f" RETURNING {quoted(drawn.column)}" if drawn is not None else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {quoted(Message._meta.db_table)} ({columns}) VALUES ({marks})"
-            f" RETURNING {quoted(Message._meta.pk.column)}",
-            values,
+            f"INSERT INTO {quoted(meta.db_table)} ({columns}) VALUES ({marks}){returning}", values
         )
-        message.pk = cursor.fetchone()[0]
+        if drawn is not None:
+            row.pk = cursor.fetchone()[0]
     # As a save leaves it: stored, in this database.
-    message._state.adding, message._state.db = False, connection.alias
+    row._state.adding, row._state.db = False, connection.alias
 
 
 def search_tokens_add(gained: str, **where: Any) -> None:

@@ -276,8 +276,13 @@ def test_list_and_search_queries_are_constant(
 def test_an_appended_message_is_stored_as_the_orm_would_store_it(owner, make_session):
     """message_append's INSERT is SQL over the model's own fields: every column as the ORM
     writes and reads it (JSON, booleans, dates), and the message left as a save leaves it (a
-    later save updates its row)."""
+    later save updates its row). The session's own first INSERT too."""
     session = make_session(owner, "hi", "hello")
+    stored = ChatSession.objects.get(pk=session.pk)
+    for field in ChatSession._meta.concrete_fields:
+        if field.name not in ("last_seq", "round_count", "updated_at"):  # the appends' UPDATEs
+            assert getattr(stored, field.attname) == getattr(session, field.attname), field.name
+    assert session.is_persisted and (stored.title, stored.owner_id) == ("hi", owner.pk)
     calls = [
         {"id": "c1", "type": "function", "function": {"name": "memory_search", "arguments": "{}"}}
     ]

@@ -179,7 +179,7 @@ def test_a_reply_that_fails_to_store_leaves_the_claim_for_the_turn_to_give_back(
     def disk_full(*args, **kwargs):
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(services, "_message_insert", disk_full)  # the message's INSERT
+    monkeypatch.setattr(services, "_row_insert", disk_full)  # the message's INSERT
     with pytest.raises(DatabaseError):
         append(session, "assistant", "first the date", release_token=token)
     monkeypatch.undo()
