@@ -1,5 +1,5 @@
 """What every REST endpoint shares: pagination and the error answers (the throttles are in
-ethan_shared.throttles)."""
+ethan_shared.throttles, the token authentication in ethan_shared.authentication)."""
 
 from __future__ import annotations
 
