@@ -22,9 +22,10 @@ class ApiTokenAuthentication(TokenAuthentication):
         from rest_framework.authtoken.models import Token
 
         user_model = get_user_model()
+        person_id, owner_id = user_model._meta.pk.column, Token._meta.get_field("user").column
         people = user_model.objects.raw(
             f"SELECT person.* FROM {user_model._meta.db_table} person"
-            f" JOIN {Token._meta.db_table} token ON token.user_id = person.id"
+            f" JOIN {Token._meta.db_table} token ON token.{owner_id} = person.{person_id}"
             " WHERE token.key = %s",
             [key],
         )
