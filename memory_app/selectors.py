@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connections
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 
+from ethan_shared.compiled import Compiled, Marker
 from memory_app import confidence
 from memory_app.models import Fact, MemoryReview, Procedure
 from memory_app.normalize import content_key, same_in_other_words
@@ -72,12 +70,17 @@ def facts_for_injection(
     terms = query_terms(text) if mode == "relevance" else []
     vector = meaning.query_vector(text) if mode == "relevance" else None
     if not terms and vector is None:
-        return list(_candidates(owner.pk)[:limit])
+        return [
+            Fact.from_db(Fact.objects.db, _FIELDS, row)
+            for row in _SEED_ROWS.rows(limit, owner_id=owner.pk)
+        ]
     pk, confidence_at, tokens_at = (_FIELDS.index(f) for f in ("id", "confidence", "search_tokens"))
     if terms:
-        rows = _RankedRows.of(limit).rows(owner_id=owner.pk, terms=terms)
+        rows = _RANKED_ROWS.rows(
+            limit, search.TUNING.context_weight, owner_id=owner.pk, terms=terms
+        )
     else:  # no word to match: the seed list, which meaning may reorder and add to
-        rows = [(*row, 0, None) for row in _candidates(owner.pk).values_list(*_FIELDS)[:limit]]
+        rows = [(*row, 0, None) for row in _SEED_ROWS.rows(limit, owner_id=owner.pk)]
     if not rows and vector is None:
         return []
     ranked = []
@@ -93,7 +96,11 @@ def facts_for_injection(
         best = lexical[0][1] if lexical else 1.0
         relevance = {key: score / best for key, score in lexical}
     else:
-        fused = meaning.fuse(lexical, meaning.nearest(_candidates(owner.pk), vector))
+        stored = _VECTORS.chunks(
+            meaning.CHUNK, vector.name, meaning.TUNING.scan_cap, owner_id=owner.pk
+        )
+        scan = meaning.nearest_of((row for chunk in stored for row in chunk), vector)
+        fused = meaning.fuse(lexical, scan)
         best = fused[0].score if fused and fused[0].score > 0 else 1.0
         relevance = {item.key: item.score / best for item in fused}
         known = {row[pk] for row in rows}
@@ -152,68 +159,26 @@ def _ranked_rows(*, owner_id: int, terms: list[str], limit: int) -> QuerySet:
     )
 
 
-class _RankedRows:
-    """_ranked_rows' statement, built and compiled by the ORM once per database connection
-    (a thread's: its converters are that connection's) for each limit and tuning, then run
-    with each turn's parameters. Every turn runs it, and building and compiling it took most
-    of its time: at least 1.6 ms less a turn on SQLite and on PostgreSQL, at 0, 20 and 200
-    facts (docs/benchmarks.md, the notes after the last "Concurrent streams"). Only two kinds of
-    parameter change from one turn to the next, found by compiling with markers in their
-    place: the owner's id, wherever the statement names it, and matching()'s one parameter,
-    the terms."""
-
-    OWNER = -7_340_017_293  # no user has this id
-    TERM = "zqxethanmarkerzqx"
-
-    # Each thread's own: a compiled statement holds its thread's connection, and goes with the
-    # thread.
-    _compiled = threading.local()
-
-    def __init__(self, limit: int, connection: BaseDatabaseWrapper):
-        self.limit = limit
-        self.connection = connection
-        self.compiler = None
-        query = _ranked_rows(owner_id=self.OWNER, terms=[self.TERM], limit=limit).query
-        compiler = query.get_compiler(connection=connection)
-        self.sql, params = compiler.as_sql()
-        self.params = list(params)
-        self.owner_at = [i for i, p in enumerate(self.params) if p == self.OWNER]
-        marker = match_parameter([self.TERM])
-        self.terms_at = [i for i, p in enumerate(self.params) if p == marker]
-        # Compiled as expected (every marker a parameter, the terms exactly one): else the
-        # ORM builds it every time, as before.
-        if (
-            self.owner_at
-            and len(self.terms_at) == 1
-            and self.TERM not in self.sql
-            and str(self.OWNER) not in self.sql
-        ):
-            self.compiler = compiler
-
-    @classmethod
-    def of(cls, limit: int) -> _RankedRows:
-        connection = connections[Fact.objects.db]
-        compiled = cls._compiled.__dict__.setdefault("statements", {})
-        key = (limit, search.TUNING.context_weight)  # a parameter, set by the tuning
-        ranked = compiled.get(key)
-        if ranked is None or ranked.connection is not connection:
-            ranked = compiled[key] = cls(limit, connection)
-        return ranked
-
-    def rows(self, *, owner_id: int, terms: list[str]) -> list[tuple]:
-        if self.compiler is None:
-            return list(_ranked_rows(owner_id=owner_id, terms=terms, limit=self.limit))
-        params = list(self.params)
-        for at in self.owner_at:
-            params[at] = owner_id
-        params[self.terms_at[0]] = match_parameter(terms)
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql, params)
-            fetched = cursor.fetchall()
-        if self.compiler.has_extra_select:  # as the ORM's execute_sql reads them
-            fetched = [row[: self.compiler.col_count] for row in fetched]
-        # The ORM's own conversion of what the database returned (dates, decimals, JSON).
-        return list(self.compiler.results_iter(results=[fetched], tuple_expected=True))
+# Every turn reads these; building and compiling them took most of their time: at least 1.6 ms
+# less a turn on SQLite and on PostgreSQL, at 0, 20 and 200 facts, for the relevance statement
+# alone (docs/benchmarks.md, the notes after the last "Concurrent streams"). Compiled for each
+# limit and tuning (a parameter of _ranked_rows), then run with the turn's owner and terms
+# (matching()'s one parameter).
+_OWNER = Marker(-7_340_017_293)  # no user has this id
+_RANKED_ROWS = Compiled(
+    lambda limit, _weight, owner_id, terms: _ranked_rows(
+        owner_id=owner_id, terms=terms, limit=limit
+    ),
+    owner_id=_OWNER,
+    terms=Marker(["zqxethanmarkerzqx"], lambda terms, _connection: match_parameter(terms)),
+)
+_SEED_ROWS = Compiled(
+    lambda limit, owner_id: _candidates(owner_id).values_list(*_FIELDS)[:limit], owner_id=_OWNER
+)
+_VECTORS = Compiled(
+    lambda name, cap, owner_id: meaning.vectors_newest(_candidates(owner_id), name=name, cap=cap),
+    owner_id=_OWNER,
+)
 
 
 def fact_twin(*, owner: AbstractBaseUser, content: str, vector: meaning.Query) -> Fact | None:

@@ -152,13 +152,20 @@ def nearest(rows: QuerySet, query: Query, *, cap: int | None = None) -> Scan:
     """The cosines of `rows`' vectors (those of the query's embedder) with the query's, the
     newest TUNING.scan_cap at most, read CHUNK at a time. The query is embedded only when a
     stored vector is found."""
-    cap = TUNING.scan_cap if cap is None else cap
-    stored = (
-        rows.filter(embedding_model=query.name)
-        .order_by("-pk")
-        .values_list("pk", "embedding")[:cap]
-        .iterator(chunk_size=CHUNK)
-    )
+    stored = vectors_newest(
+        rows, name=query.name, cap=TUNING.scan_cap if cap is None else cap
+    ).iterator(chunk_size=CHUNK)
+    return nearest_of(stored, query)
+
+
+def vectors_newest(rows: QuerySet, *, name: str, cap: int) -> QuerySet:
+    """`rows`' (id, vector) of the embedder `name`, the newest `cap`, for nearest_of."""
+    return rows.filter(embedding_model=name).order_by("-pk").values_list("pk", "embedding")[:cap]
+
+
+def nearest_of(stored: Iterable[tuple[Any, bytes]], query: Query) -> Scan:
+    """nearest's scan over rows already read: (id, vector) pairs, newest first (a statement
+    compiled once, ethan_shared.compiled, reads them CHUNK at a time)."""
     ids: list[Any] = []
     parts: list[np.ndarray] = []
     batch_ids: list[Any] = []

@@ -8,7 +8,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce, RowNumber
 from django.utils import timezone
 
 from embedder import embedder_name
+from ethan_shared.compiled import Compiled, Marker
 from sessions_app import meaning
 from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
@@ -311,11 +312,8 @@ def _next_seq(
     if claim is not None:
         sets += ["turn_claim = %s", "turn_claimed_at = %s"]
         set_params += [claim.token, stamp(now)]
-        # session_turn_claim's condition, compiled from the same Q.
-        free = ChatSession.objects.filter(_claim_free(stale_before=claim.stale_before)).query
-        free_sql, free_params = free.where.as_sql(
-            free.get_compiler(connection=connection), connection
-        )
+        # session_turn_claim's condition, compiled from the same Q (once: _CLAIM_FREE).
+        free_sql, free_params = _CLAIM_FREE.where(stale_before=claim.stale_before)
         where.append(f"({free_sql})")
         where_params += list(free_params)
     if release:
@@ -356,6 +354,15 @@ def _claim_free(*, stale_before: datetime) -> Q:
     """A session a turn may claim: nobody's, or its claim taken before `stale_before` (by a
     process that died mid-turn)."""
     return Q(turn_claim="") | Q(turn_claimed_at__lt=stale_before)
+
+
+_CLAIM_FREE = Compiled(
+    lambda stale_before: ChatSession.objects.filter(_claim_free(stale_before=stale_before)),
+    stale_before=Marker.of_field(
+        datetime(1901, 2, 3, 4, 5, 6, 789012, tzinfo=UTC),
+        ChatSession._meta.get_field("turn_claimed_at"),
+    ),
+)
 
 
 def session_turn_claim(*, session: ChatSession, wait_seconds: float, stale_seconds: float) -> str:

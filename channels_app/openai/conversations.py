@@ -43,6 +43,7 @@ from channels_app.models import ClientConversation
 from ethan_llm.provider import parse_arguments
 from ethan_llm.types import Attachment, ToolCall
 from ethan_llm.types import Message as LLMMessage
+from ethan_shared.compiled import Compiled, Marker
 from sessions_app.models import ChatSession, Message
 from sessions_app.selectors import question_latest
 
@@ -399,6 +400,37 @@ def _asking_again(session: ChatSession, chat: ClientChat) -> bool:
     return _latest_question(session) == chat.question
 
 
+# The conversation found for a request, with its session's row (as select_related reads it).
+# Every request of a chat app that does not pin its session reads one of these, compiled once
+# (ethan_shared.compiled): building them cost more than running them.
+_SESSION_FIELDS = [f.attname for f in ChatSession._meta.concrete_fields]
+
+
+def _newest(owner_id: int, match: Q):
+    return (
+        ClientConversation.objects.filter(match, owner_id=owner_id)
+        .order_by("-updated_at")
+        .values_list("asked", *(f"session__{name}" for name in _SESSION_FIELDS))[:1]
+    )
+
+
+_OWNER = Marker(-7_340_017_293)  # no person has this id
+_DIGEST = Marker("zqx-no-such-digest")
+# Still open, and asked this (the fence's check too).
+_OPEN_ASKED = Compiled(
+    lambda owner_id, asked: _newest(owner_id, Q(asked=asked, session__ended_at=None)),
+    owner_id=_OWNER,
+    asked=_DIGEST,
+)
+# Asked this, or shown what the client now sends as the conversation so far.
+_ASKED_OR_SHOWN = Compiled(
+    lambda owner_id, asked, shown: _newest(owner_id, Q(asked=asked) | Q(shown=shown)),
+    owner_id=_OWNER,
+    asked=_DIGEST,
+    shown=Marker("zqx-no-such-shown"),
+)
+
+
 def conversation_place(
     *, owner: AbstractBaseUser, chat: ClientChat, pinned: ChatSession | None = None
 ) -> Placement:
@@ -411,22 +443,17 @@ def conversation_place(
             and _asking_again(pinned, chat)
         )
         return Placement(session=pinned, again=again)
-    match = Q(asked=asked)
     if not chat.before:
-        match &= Q(session__ended_at=None)
+        rows = _OPEN_ASKED.rows(owner_id=owner.pk, asked=asked)
     else:
-        match |= Q(shown=digest(chat.before))
-    found = (
-        ClientConversation.objects.filter(match, owner=owner)
-        .select_related("session")
-        .order_by("-updated_at")
-        .first()
-    )
-    if found is None:
+        rows = _ASKED_OR_SHOWN.rows(owner_id=owner.pk, asked=asked, shown=digest(chat.before))
+    if not rows:
         return Placement(session=None, history=chat.history)
+    found_asked = rows[0][0]
+    session = ChatSession.from_db(ClientConversation.objects.db, _SESSION_FIELDS, rows[0][1:])
     # Tool results sent again are not stored twice (agent_app.turn._store_client_step).
-    again = not chat.step and found.asked == asked and _asking_again(found.session, chat)
-    return Placement(session=found.session, again=again)
+    again = not chat.step and found_asked == asked and _asking_again(session, chat)
+    return Placement(session=session, again=again)
 
 
 def conversation_claim(
@@ -450,9 +477,7 @@ def conversation_claim(
             )
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-        if ClientConversation.objects.filter(
-            owner=owner, asked=asked, session__ended_at=None
-        ).exists():
+        if _OPEN_ASKED.exists(owner_id=owner.pk, asked=asked):
             return False
         # The session is new, made in this very transaction: it has no row yet, so one INSERT
         # (update_or_create took two savepoints and a locking read besides, six statements).

@@ -13,14 +13,17 @@ import openai
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from openai.types.chat import ChatCompletion
 from rest_framework.authtoken.models import Token
 
 from channels_app.models import ClientConversation
 from channels_app.openai import apis
+from channels_app.openai.conversations import ClientChat, conversation_place, digest
 from channels_app.openai.names import ModelName
 from memory_app.models import Fact
 from memory_app.services import fact_write
+from sessions_app.ids import new_session_id
 from sessions_app.models import ChatSession, Message
 from tests.live_client import settling_client
 from tests.web_server import stored_contents
@@ -332,8 +335,6 @@ def test_regenerating_the_first_reply_stays_in_its_session(client_for, owner, ll
 
 
 def test_a_first_message_after_its_session_ended_starts_a_new_one(client_for, owner, llm_config):
-    from django.utils import timezone
-
     client = client_for(owner)
     client.chat.completions.create(model="ethan", messages=[{"role": "user", "content": "hi"}])
     ChatSession.objects.update(ended_at=timezone.now())  # closed as idle
@@ -344,8 +345,6 @@ def test_a_first_message_after_its_session_ended_starts_a_new_one(client_for, ow
 def test_an_old_conversation_goes_on_in_its_ended_session_and_opens_it(
     client_for, owner, llm_config
 ):
-    from django.utils import timezone
-
     client = client_for(owner)
     first = client.chat.completions.create(
         model="ethan", messages=[{"role": "user", "content": "hello"}]
@@ -960,3 +959,41 @@ def test_a_json_turn_answered_in_the_requests_thread_gives_its_place_back_at_onc
     finally:
         gc.enable()
     assert statuses == [200] * 5
+
+
+def test_a_placed_session_is_the_stored_row_and_only_its_owners(owner, other_owner):
+    """conversation_place reads the conversation and its session in one statement compiled
+    once (ethan_shared.compiled): the session it places is the stored row, field for field,
+    in both of its forms (a first message; a history sent back), and never another person's."""
+    first = ClientChat(instructions="", history=(), question="hi", said=(("user", "hi"),))
+    later = ClientChat(
+        instructions="",
+        history=(("user", "hi"), ("assistant", "hello")),
+        question="and now?",
+        said=(("user", "hi"), ("assistant", "hello"), ("user", "and now?")),
+    )
+    for person in (owner, other_owner):
+        session = ChatSession.objects.create(
+            id=new_session_id(),
+            owner=person,
+            channel="api",
+            title=f"{person.username}s",
+            turn_claimed_at=timezone.now(),
+        )
+        ClientConversation.objects.create(
+            session=session,
+            owner=person,
+            asked=digest(first.said),
+            shown=digest(later.before),
+        )
+    for person in (owner, other_owner):
+        stored_row = ChatSession.objects.get(owner=person)
+        for chat in (first, later):
+            placed = conversation_place(owner=person, chat=chat).session
+            assert placed is not None and placed.pk == stored_row.pk
+            for field in ChatSession._meta.concrete_fields:
+                assert getattr(placed, field.attname) == getattr(stored_row, field.attname)
+    assert (
+        conversation_place(owner=owner, chat=replace(first, said=(("user", "bye"),))).session
+        is None
+    )

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 
 from agent_app.memory_search import memory_search
 from memory_app.selectors import (
     _FIELDS,
+    _RANKED_ROWS,
     _ranked_rows,
-    _RankedRows,
     facts_for_injection,
     facts_search,
 )
 from memory_app.services import fact_write
+from sessions_app import search
 from sessions_app.search import bm25, query_terms, search_tokens
 from sessions_app.selectors import messages_search
 
@@ -71,9 +74,8 @@ def test_the_compiled_relevance_statement_reads_what_the_orm_would_for_each_owne
     """The relevance statement is compiled once per connection and run with each turn's owner
     and terms: it reads exactly the rows the ORM's own statement reads (dates and numbers
     converted the same way), one owner's facts only, whichever owner compiled it."""
-    ranked = _RankedRows.of(3)
-    assert ranked.compiler is not None  # compiled once, not built again for every turn
-    assert _RankedRows.of(3) is ranked
+    weight = search.TUNING.context_weight
+    builds = 0
     others = [
         fact(other_owner, "用户喜欢喝美式咖啡和茶", 0.7),
         fact(other_owner, "The user's brother lives in Lisbon", 0.8),
@@ -81,10 +83,13 @@ def test_the_compiled_relevance_statement_reads_what_the_orm_would_for_each_owne
     for person in (owner, other_owner):
         for text in ("推荐一家咖啡店", "my sister in Lisbon", "杭州的后端开发"):
             terms = query_terms(text)
-            rows = ranked.rows(owner_id=person.pk, terms=terms)
+            with mock.patch("memory_app.selectors._ranked_rows", wraps=_ranked_rows) as built:
+                rows = _RANKED_ROWS.rows(3, weight, owner_id=person.pk, terms=terms)
+            builds += built.call_count
             assert rows == list(_ranked_rows(owner_id=person.pk, terms=terms, limit=3))
             assert rows  # the seed list at least
             assert all(row[_FIELDS.index("owner_id")] == person.pk for row in rows)
+    assert builds <= 1  # built and compiled once (none if an earlier test compiled it)
     lisbon = facts_for_injection(owner=other_owner, limit=3, text="Lisbon", mode="relevance")
     assert lisbon[0].content == "The user's brother lives in Lisbon"
     assert lisbon[0].created_at == others[1].created_at  # a datetime, as the ORM reads it
