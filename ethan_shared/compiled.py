@@ -21,7 +21,6 @@ which the ORM compiles as IS NULL) is built by the ORM too.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +50,7 @@ class Marker:
 
 @dataclass
 class _Statement:
-    connection: BaseDatabaseWrapper
+    alias: str  # the database its QuerySet reads from (which its model decides)
     sql: str
     params: list[Any]
     at: dict[str, list[int]]  # each marker's places among the parameters
@@ -68,9 +67,13 @@ class Compiled:
     def __init__(self, build: Callable[..., QuerySet], **markers: Marker):
         self.build = build
         self.markers = markers
-        # Each thread's own: a statement holds its thread's connection, whose converters read
-        # the rows.
-        self._local = threading.local()
+        # The process's, for every thread: a statement compiled on one thread's connection is
+        # run on the calling thread's own (its SQL and parameters are text and values), and
+        # keeps the compiling one only for its converters, which read that connection's
+        # settings (its time zone), the same in every thread. Kept by thread, a statement was
+        # compiled again by every thread a request starts: under 300 streams at once, each
+        # stream's, for more than the ORM's own building cost.
+        self._statements: dict[tuple, _Statement | None] = {}
 
     # --- what callers run ------------------------------------------------------------------
 
@@ -79,7 +82,7 @@ class Compiled:
         statement = self._statement("rows", shape, values)
         if statement is None:
             return list(self.build(*shape, **values))
-        with statement.connection.cursor() as cursor:
+        with connections[statement.alias].cursor() as cursor:
             cursor.execute(statement.sql, self._params(statement, values))
             return self._converted(statement, cursor.fetchall())
 
@@ -97,7 +100,7 @@ class Compiled:
             if batch:
                 yield batch
             return
-        with statement.connection.chunked_cursor() as cursor:
+        with connections[statement.alias].chunked_cursor() as cursor:
             cursor.execute(statement.sql, self._params(statement, values))
             while fetched := cursor.fetchmany(size):
                 yield self._converted(statement, fetched)
@@ -122,16 +125,11 @@ class Compiled:
             type(value) is not type(self.markers[name].value) for name, value in values.items()
         ):
             return None
-        statements = self._local.__dict__.setdefault("statements", {})
         key = (part, shape)
-        if key in statements:
-            statement = statements[key]
-            # None: this shape compiles to no plain parameter, whichever the connection.
-            if statement is None or statement.connection is connections[statement.connection.alias]:
-                return statement
-        queryset = self.build(*shape, **{name: m.value for name, m in self.markers.items()})
-        statements[key] = self._compile(part, queryset)
-        return statements[key]
+        if key not in self._statements:  # None: no plain parameter in this shape, not compiled
+            queryset = self.build(*shape, **{name: m.value for name, m in self.markers.items()})
+            self._statements[key] = self._compile(part, queryset)
+        return self._statements[key]
 
     def _compile(self, part: str, queryset: QuerySet) -> _Statement | None:
         connection = connections[queryset.db]
@@ -149,7 +147,7 @@ class Compiled:
             ]
             if not at[name] or any(text in sql for text in _texts(marker.value, expected)):
                 return None  # not a plain parameter: the ORM builds it every time
-        statement = _Statement(connection=connection, sql=sql, params=params, at=at)
+        statement = _Statement(alias=queryset.db, sql=sql, params=params, at=at)
         if part == "rows":
             statement.compiler = compiler
             statement.columns = compiler.col_count
@@ -159,7 +157,7 @@ class Compiled:
     def _params(self, statement: _Statement, values: dict[str, Any]) -> list[Any]:
         params = list(statement.params)
         for name, places in statement.at.items():
-            value = self.markers[name].prepared(values[name], statement.connection)
+            value = self.markers[name].prepared(values[name], connections[statement.alias])
             for i in places:
                 params[i] = value
         return params

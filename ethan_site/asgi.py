@@ -78,8 +78,8 @@ class Doors:
         if path == HEALTH_PATH and scope["type"] == "http":
             await healthz_asgi(scope, receive, send)
             return
-        async with serving.REQUEST_THREADS.lent():  # Django's thread for it, kept
-            await django_application(scope, receive, send)
+        async with serving.REQUEST_THREADS.lent() as lending:  # Django's thread for it, kept
+            await django_application(scope, receive, lending.sending(send))
 
     def stop(self) -> None:
         """The server was told to stop (SIGTERM): no new turn is taken, open MCP event streams

@@ -30,12 +30,14 @@ import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from asgiref.sync import AsyncToSync, ThreadSensitiveContext
 from django.conf import settings
 from django.db import connections
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
+from starlette.types import Message, Send
 
 log = logging.getLogger(__name__)
 
@@ -160,30 +162,77 @@ class RequestThreads:
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
-        self._idle: list[ThreadPoolExecutor] = []
+        self._idle: list[_RequestThread] = []
 
     @asynccontextmanager
-    async def lent(self) -> AsyncIterator[None]:
+    async def lent(self) -> AsyncIterator[Lending]:
         # Off: Django's own way, a thread for each request. And a synchronous caller's call
         # (a test's async_to_sync) keeps the caller's thread, its connection and transaction,
         # as Django's handler has it there.
         if not self.kept or getattr(AsyncToSync.executors, "current", None) is not None:
-            yield
+            yield Lending(None, None)
             return
         try:
             executor = self._idle.pop()
         except IndexError:
             executor = _RequestThread()
+        executor.holders += 1
+        lending = Lending(self, executor)
         ended = False
         try:
             async with ThreadSensitiveContext(executor=executor):
-                yield
+                yield lending
             ended = True
         finally:
-            if ended and not executor.busy and len(self._idle) < self.kept:
-                self._idle.append(executor)
-            else:
-                executor.shutdown(wait=False)
+            executor.holders -= 1
+            if lending.released is None:  # still held: given back now, unless it broke off
+                executor.spoiled |= not ended
+                lending.released = self._given_back(executor)
+            if not executor.holders and executor not in self._idle:
+                self._dismissed(executor)
+
+    def _given_back(self, executor: _RequestThread) -> bool:
+        """Back among the idle ones, if no call is still to run on it, no request broke off
+        on it, and there is room."""
+        if executor.busy or executor.spoiled or len(self._idle) >= self.kept:
+            return False
+        self._idle.append(executor)
+        return True
+
+    def _dismissed(self, executor: _RequestThread) -> None:
+        """The last request holding a thread ended, and it is not among the idle ones: kept
+        if it can be, else shut down."""
+        if not self._given_back(executor):
+            executor.shutdown(wait=False)
+
+
+@dataclass
+class Lending:
+    """One request's hold on its thread. The thread is given back when the response starts,
+    not when the request ends: what is left of a request then is its body, written from the
+    event loop (a stream: for as long as the model writes), and the response's close at the
+    end, one call, which Django makes on the request's thread (the request_finished signal).
+    That call then runs on the thread as it serves another request, between two of that one's
+    calls: a call runs whole, and none leaves a transaction open for the next. So 300 streams
+    at once are admitted on the kept threads and their connections, where each held a thread
+    of its own, new, with a new SQLite connection, for its whole length (docs/benchmarks/
+    streams.md)."""
+
+    threads: RequestThreads | None
+    executor: _RequestThread | None
+    released: bool | None = None  # None: still held; else whether it went back among the idle
+
+    def sending(self, send: Send) -> Send:
+        """`send`, giving the thread back at the response's start."""
+        if self.threads is None:
+            return send
+
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start" and self.released is None:
+                self.released = self.threads._given_back(self.executor)
+            await send(message)
+
+        return sent
 
 
 class _RequestThread(ThreadPoolExecutor):
@@ -192,6 +241,8 @@ class _RequestThread(ThreadPoolExecutor):
 
     def __init__(self) -> None:
         super().__init__(max_workers=1, thread_name_prefix="django-request")
+        self.holders = 0  # the requests under way that hold it (one, but for a response's end)
+        self.spoiled = False  # a request that held it broke off (the client left, say)
         self._calls = 0
         self._calls_lock = threading.Lock()
 

@@ -4,6 +4,7 @@ every time."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from unittest import mock
 
@@ -122,3 +123,28 @@ def test_where_is_the_clause_for_a_statement_written_around_it(people):
             cursor.execute(f"SELECT COUNT(*) FROM {table} WHERE {sql}", params)
             assert cursor.fetchone()[0] == int(found)
     assert named.where(name="ada", before=later)[0] == named.where(name="x", before=later)[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_compiled_on_one_thread_runs_on_anothers_connection():
+    """Compiled once for the process: a request's thread, new with its own connection, runs the
+    statement another thread compiled, on that connection."""
+    person = User.objects.create_user(username="ada")
+    build = counted(
+        lambda name: User.objects.filter(username=name).values_list("pk", "date_joined")
+    )
+    names = Compiled(build, name=Marker("zqx-no-such-name"))
+    assert names.rows(name="ada") == [(person.pk, person.date_joined)]
+    found, used = [], []
+
+    def on_a_thread() -> None:
+        found.extend(names.rows(name="ada"))
+        used.append(connection.connection)  # this thread's own connection, opened for it
+        connection.close()
+
+    thread = threading.Thread(target=on_a_thread)
+    thread.start()
+    thread.join()
+    assert found == [(person.pk, person.date_joined)]
+    assert used[0] is not connection.connection
+    assert build.call_count == 1

@@ -111,3 +111,80 @@ def test_a_request_that_ended_with_a_call_still_running_gives_back_no_thread():
 
     busy, kept, after = asyncio.run(main())
     assert kept == [] and after != busy
+
+
+async def _sent(message) -> None:
+    """The server's send, for a request that writes nowhere."""
+
+
+async def _streamed(threads: RequestThreads, started: asyncio.Event, written: asyncio.Event):
+    """A request whose response starts, then is written for as long as `written` is unset (a
+    stream), then closed on the request's thread, as Django's handler closes it."""
+    async with threads.lent() as lending, ThreadSensitiveContext():
+        admitted = await sync_to_async(threading.get_ident)()
+        send = lending.sending(_sent)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        started.set()
+        await written.wait()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        closed = await sync_to_async(threading.get_ident)()
+        return admitted, closed
+
+
+def test_a_response_under_way_gives_its_thread_to_the_next_request():
+    """A stream holds no thread while it is written: the next request is admitted on the same
+    kept thread, and the stream's close runs there afterwards."""
+    threads = RequestThreads(1)
+
+    async def main():
+        started, written = asyncio.Event(), asyncio.Event()
+        stream = asyncio.ensure_future(_streamed(threads, started, written))
+        await started.wait()
+        others = [await _thread_of_a_request(threads) for _ in range(2)]
+        written.set()
+        return await stream, others
+
+    (admitted, closed), others = asyncio.run(main())
+    assert admitted == closed == others[0] == others[1]
+    assert len(threads._idle) == 1
+
+
+def test_streams_at_once_are_admitted_on_the_kept_threads():
+    threads = RequestThreads(2)
+
+    async def main():
+        written = asyncio.Event()
+        streams, idents = [], set()
+        for _ in range(6):  # one after another, each still written when the next arrives
+            started = asyncio.Event()
+            streams.append(asyncio.ensure_future(_streamed(threads, started, written)))
+            await started.wait()
+        written.set()
+        for admitted, closed in await asyncio.gather(*streams):
+            idents |= {admitted, closed}
+        return idents
+
+    assert len(asyncio.run(main())) == 1
+    assert len(threads._idle) == 1
+
+
+def test_a_thread_a_request_broke_off_on_is_shut_down_after_the_stream_that_shared_it():
+    """A stream gave its thread back; the next request broke off on it (the client left
+    before its answer): once the stream ends too, the thread is shut down, not kept."""
+    threads = RequestThreads(1)
+
+    async def main():
+        started, written = asyncio.Event(), asyncio.Event()
+        stream = asyncio.ensure_future(_streamed(threads, started, written))
+        await started.wait()
+        (shared,) = threads._idle
+        with contextlib.suppress(RuntimeError):
+            async with threads.lent(), ThreadSensitiveContext():
+                await sync_to_async(threading.get_ident)()
+                raise RuntimeError("the client left")
+        written.set()
+        await stream
+        return shared
+
+    shared = asyncio.run(main())
+    assert threads._idle == [] and shared._shutdown
