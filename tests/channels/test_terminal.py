@@ -147,10 +147,14 @@ def test_ctrl_c_during_a_model_call_keeps_the_message(tmp_path):
         console = spawn_on(fake, tmp_path)
         console.expect(PROMPT)
         console.send("a question that takes long\r")
-        deadline = 50
-        while not fake.requests and deadline:  # the request is on its way
+        # The request reached the model, which answers 10 s later: Ctrl-C lands during the
+        # call however long the turn took to get there on a loaded machine (a Ctrl-C before
+        # it cancels the question, "nothing was saved").
+        deadline = 300
+        while not fake.requests and deadline:
             console.expect([pexpect.TIMEOUT], timeout=0.1)
             deadline -= 1
+        assert fake.requests, "the model was never called"
         console.sendintr()
         console.expect(r"\(cancelled; your message is saved in (s_\w+)\)")
         session_id = console.match.group(1)
@@ -168,7 +172,9 @@ def test_ctrl_c_while_the_reply_streams_keeps_what_was_shown(tmp_path):
 
     fake = FakeOpenAI()
     words = " ".join(f"word{n:02d}" for n in range(60))
-    fake.reply(FakeOpenAI.text(words), first_chunk_ms=10, chunk_ms=100)
+    # 30 s to write the reply: Ctrl-C, sent once word03 is on the screen, lands while it is
+    # still being written even when the test is slow to read the screen on a loaded machine.
+    fake.reply(FakeOpenAI.text(words), first_chunk_ms=10, chunk_ms=500)
     try:
         console = spawn_on(fake, tmp_path)
         screen = watch(console)
