@@ -1,6 +1,6 @@
 """Reads the ORM builds once: a QuerySet made with markers in place of the values that change
-from one call to the next, compiled by the ORM the first time a thread runs it, then run with
-each call's values put where the markers were.
+from one call to the next, compiled by the ORM the first time the process runs it, then run on
+the calling thread's connection with each call's values put where the markers were.
 
 Why: building and compiling a QuerySet cost a turn's reads several times what running them
 did (issue 42's profiles: 200–700 µs of CPU a read, against 20–120 µs for its SQL), and every
@@ -14,7 +14,7 @@ which the ORM compiles as IS NULL) is built by the ORM too.
 
     rules = Compiled(
         lambda owner_id: Rule.objects.filter(owner_id=owner_id).values_list("pk", "text"),
-        owner_id=Marker(-7_340_017_293),
+        owner_id=ID_MARKER,
     )
     rules.rows(owner_id=person.pk)
 """
@@ -48,6 +48,10 @@ class Marker:
         return value if self.prep is None else self.prep(value, connection)
 
 
+# The marker of a row's id (an owner's, say): no row has it.
+ID_MARKER = Marker(-7_340_017_293)
+
+
 @dataclass
 class _Statement:
     alias: str  # the database its QuerySet reads from (which its model decides)
@@ -72,7 +76,8 @@ class Compiled:
         # keeps the compiling one only for its converters, which read that connection's
         # settings (its time zone), the same in every thread. Kept by thread, a statement was
         # compiled again by every thread a request starts: under 300 streams at once, each
-        # stream's, for more than the ORM's own building cost.
+        # stream's, for more than the ORM's own building cost. Two threads compiling one
+        # shape at once both store the same statement.
         self._statements: dict[tuple, _Statement | None] = {}
 
     # --- what callers run ------------------------------------------------------------------

@@ -11,7 +11,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Substr
 
-from ethan_shared.compiled import Compiled, Marker
+from ethan_shared.compiled import ID_MARKER, Compiled, Marker
 from memory_app import confidence
 from memory_app.models import Fact, MemoryReview, Procedure
 from memory_app.normalize import content_key, same_in_other_words
@@ -164,20 +164,19 @@ def _ranked_rows(*, owner_id: int, terms: list[str], limit: int) -> QuerySet:
 # alone (docs/benchmarks.md, the notes after the last "Concurrent streams"). Compiled for each
 # limit and tuning (a parameter of _ranked_rows), then run with the turn's owner and terms
 # (matching()'s one parameter).
-_OWNER = Marker(-7_340_017_293)  # no user has this id
 _RANKED_ROWS = Compiled(
     lambda limit, _weight, owner_id, terms: _ranked_rows(
         owner_id=owner_id, terms=terms, limit=limit
     ),
-    owner_id=_OWNER,
+    owner_id=ID_MARKER,
     terms=Marker(["zqxethanmarkerzqx"], lambda terms, _connection: match_parameter(terms)),
 )
 _SEED_ROWS = Compiled(
-    lambda limit, owner_id: _candidates(owner_id).values_list(*_FIELDS)[:limit], owner_id=_OWNER
+    lambda limit, owner_id: _candidates(owner_id).values_list(*_FIELDS)[:limit], owner_id=ID_MARKER
 )
 _VECTORS = Compiled(
     lambda name, cap, owner_id: meaning.vectors_newest(_candidates(owner_id), name=name, cap=cap),
-    owner_id=_OWNER,
+    owner_id=ID_MARKER,
 )
 
 

@@ -43,7 +43,7 @@ from channels_app.models import ClientConversation
 from ethan_llm.provider import parse_arguments
 from ethan_llm.types import Attachment, ToolCall
 from ethan_llm.types import Message as LLMMessage
-from ethan_shared.compiled import Compiled, Marker
+from ethan_shared.compiled import ID_MARKER, Compiled, Marker
 from sessions_app.models import ChatSession, Message
 from sessions_app.selectors import question_latest
 
@@ -414,18 +414,17 @@ def _newest(owner_id: int, match: Q):
     )
 
 
-_OWNER = Marker(-7_340_017_293)  # no person has this id
 _DIGEST = Marker("zqx-no-such-digest")
 # Still open, and asked this (the fence's check too).
 _OPEN_ASKED = Compiled(
     lambda owner_id, asked: _newest(owner_id, Q(asked=asked, session__ended_at=None)),
-    owner_id=_OWNER,
+    owner_id=ID_MARKER,
     asked=_DIGEST,
 )
 # Asked this, or shown what the client now sends as the conversation so far.
 _ASKED_OR_SHOWN = Compiled(
     lambda owner_id, asked, shown: _newest(owner_id, Q(asked=asked) | Q(shown=shown)),
-    owner_id=_OWNER,
+    owner_id=ID_MARKER,
     asked=_DIGEST,
     shown=Marker("zqx-no-such-shown"),
 )
