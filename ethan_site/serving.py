@@ -18,7 +18,8 @@ And one applied before the handler is built, for the life of the process: Django
 run in one hop to the request's thread (ETHAN_MIDDLEWARE_ONE_HOP, middleware_in_one_hop).
 
 And one around each request Django serves (ethan_site.asgi.Doors): the thread for its
-synchronous part lent from those kept (ETHAN_REQUEST_THREADS_KEPT, RequestThreads).
+synchronous part lent from those kept (ETHAN_REQUEST_THREADS_KEPT, RequestThreads), until its
+response starts (Lending).
 """
 
 from __future__ import annotations
