@@ -146,7 +146,8 @@ def middleware_in_one_hop() -> None:
 class RequestThreads:
     """The threads Django's synchronous part of a request runs on (its request_started and
     request_finished signals, the middleware, a synchronous view, a turn door's admission),
-    each lent to one request at a time and kept for the next.
+    each lent to one request at a time, until its response starts (Lending), and kept for
+    the next.
 
     Django's ASGI handler gives every request a ThreadSensitiveContext of its own, for which
     asgiref makes a one-thread executor, starts its thread and, when the request ends, starts
@@ -154,12 +155,12 @@ class RequestThreads:
     the event loop until each runs, and on SQLite a new database connection in each (its
     PRAGMAs, its SQL functions). Here the context is entered first, with an executor lent from
     `kept` idle ones (asgiref 3.13's `ThreadSensitiveContext(executor=…)`: Django's own
-    context inside it then changes nothing), so a request still has a thread to itself for as
-    long as it runs, as Django means, and that thread and its connection serve the next one.
-    More requests at once than are kept get a new executor each; past `kept`, one given back
-    is shut down. So is one whose request did not end normally, or ended with a call still
-    given to its thread (a task the request started, going on after it): it would hold up the
-    next request."""
+    context inside it then changes nothing), so a request has a thread to itself until its
+    response starts, and that thread and its connection serve the next one. More requests
+    admitted at once than are kept get a new executor each; past `kept`, one given back is
+    shut down. So is one whose request broke off before its response started, or ended with a
+    call still given to its thread (a task the request started, going on after it): it would
+    hold up the next request."""
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
