@@ -26,8 +26,9 @@ QUESTION = "tell me a long story"
 
 @pytest.fixture
 def slow_model():
-    """gpt-4o writes LONG slowly (about 7 s), then SWEEPS (about 2 s); gpt-4o-mini
-    consolidates."""
+    """gpt-4o writes LONG slowly (about 20 s: the sweep must find the worker still writing it
+    even when a loaded machine holds the test up for seconds), then SWEEPS (about 2 s);
+    gpt-4o-mini consolidates."""
     fake = FakeOpenAI()
     mini = MiniModel()
     chats = []
@@ -37,7 +38,7 @@ def slow_model():
             return mini(recorded)
         chats.append(recorded)
         if len(chats) == 1:
-            return Reply(body=FakeOpenAI.text(LONG), first_chunk_ms=10, chunk_ms=20)
+            return Reply(body=FakeOpenAI.text(LONG), first_chunk_ms=10, chunk_ms=60)
         return Reply(body=FakeOpenAI.text(SWEEPS), first_chunk_ms=10, chunk_ms=5)
 
     fake.responder = answer
