@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from django.db import connections
@@ -96,13 +97,8 @@ class Compiled:
         PostgreSQL a server-side one, as QuerySet.iterator uses): for a scan of many rows."""
         statement = self._statement("rows", shape, values)
         if statement is None:
-            batch: list[tuple] = []
-            for row in self.build(*shape, **values).iterator(chunk_size=size):
-                batch.append(row)
-                if len(batch) >= size:
-                    yield batch
-                    batch = []
-            if batch:
+            rows = self.build(*shape, **values).iterator(chunk_size=size)
+            while batch := list(islice(rows, size)):
                 yield batch
             return
         with connections[statement.alias].chunked_cursor() as cursor:
@@ -111,8 +107,14 @@ class Compiled:
                 yield self._converted(statement, fetched)
 
     def exists(self, *shape: Any, **values: Any) -> bool:
-        """Whether the QuerySet has a row (build it sliced to one row, values_list of the key)."""
-        return bool(self.rows(*shape, **values))
+        """Whether the QuerySet has a row: the first is fetched, and not converted (build it
+        sliced to one row, a values_list of the key)."""
+        statement = self._statement("rows", shape, values)
+        if statement is None:
+            return self.build(*shape, **values).exists()
+        with connections[statement.alias].cursor() as cursor:
+            cursor.execute(statement.sql, self._params(statement, values))
+            return cursor.fetchone() is not None
 
     def where(self, *shape: Any, **values: Any) -> tuple[str, list[Any]]:
         """The QuerySet's WHERE clause alone, and its parameters, for a statement written as

@@ -189,9 +189,15 @@ class RequestThreads:
             executor.holders -= 1
             if lending.released is None:  # still held: given back now, unless it broke off
                 executor.spoiled |= not ended
-                lending.released = self._given_back(executor)
+                self.release(lending)
             if not executor.holders and executor not in self._idle:
                 self._dismissed(executor)
+
+    def release(self, lending: Lending) -> None:
+        """A lending's thread given back, once: when its response starts (Lending.sending), or
+        at the request's end if it never started one."""
+        if lending.released is None:
+            lending.released = self._given_back(lending.executor)
 
     def _given_back(self, executor: _RequestThread) -> bool:
         """Back among the idle ones, if no call is still to run on it, no request broke off
@@ -230,8 +236,8 @@ class Lending:
             return send
 
         async def sent(message: Message) -> None:
-            if message["type"] == "http.response.start" and self.released is None:
-                self.released = self.threads._given_back(self.executor)
+            if message["type"] == "http.response.start":
+                self.threads.release(self)
             await send(message)
 
         return sent

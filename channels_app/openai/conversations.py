@@ -414,10 +414,22 @@ def _newest(owner_id: int, match: Q):
     )
 
 
+def _open_asked(asked: str) -> Q:
+    """Asked this, in a session still open."""
+    return Q(asked=asked, session__ended_at=None)
+
+
 _DIGEST = Marker("zqx-no-such-digest")
-# Still open, and asked this (the fence's check too).
 _OPEN_ASKED = Compiled(
-    lambda owner_id, asked: _newest(owner_id, Q(asked=asked, session__ended_at=None)),
+    lambda owner_id, asked: _newest(owner_id, _open_asked(asked)),
+    owner_id=ID_MARKER,
+    asked=_DIGEST,
+)
+# The fence's check: whether there is one, its key alone.
+_ANY_OPEN_ASKED = Compiled(
+    lambda owner_id, asked: ClientConversation.objects.filter(
+        _open_asked(asked), owner_id=owner_id
+    ).values_list("pk")[:1],
     owner_id=ID_MARKER,
     asked=_DIGEST,
 )
@@ -476,7 +488,7 @@ def conversation_claim(
             )
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
-        if _OPEN_ASKED.exists(owner_id=owner.pk, asked=asked):
+        if _ANY_OPEN_ASKED.exists(owner_id=owner.pk, asked=asked):
             return False
         # The session is new, made in this very transaction: it has no row yet, so one INSERT
         # (update_or_create took two savepoints and a locking read besides, six statements).

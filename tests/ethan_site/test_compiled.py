@@ -109,6 +109,20 @@ def test_chunks_read_the_rows_a_chunk_at_a_time(people):
     assert every.exists(floor=people[0].pk) is True
 
 
+def test_chunks_and_exists_of_a_read_the_orm_builds_every_time(people):
+    """The ORM's fallback gives the same chunks and the same answer as the compiled statement."""
+    build = counted(
+        lambda part: User.objects.filter(username__icontains=part).order_by("pk").values_list("pk")
+    )
+    parts = Compiled(build, part=Marker("zqx"))
+    with_a = [(p.pk,) for p in people if "a" in p.username]
+    assert len(with_a) == 3
+    assert list(parts.chunks(2, part="a")) == [with_a[:2], with_a[2:]]
+    assert parts.exists(part="GR") is True
+    assert parts.exists(part="zzz") is False
+    assert build.call_count == 4  # the marker's, then each call's
+
+
 def test_where_is_the_clause_for_a_statement_written_around_it(people):
     named = Compiled(
         lambda name, before: User.objects.filter(username=name, date_joined__lt=before),
