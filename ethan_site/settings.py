@@ -533,9 +533,10 @@ ETHAN_MODEL_API_ENV = {
 }
 
 # --- Cache (the API and login throttles) -------------------------------------------------------
-# Shared by every process, or a limit of 10/min would let 10 through per gunicorn worker: the
-# broker's Redis when there is one (ETHAN_CACHE_URL to choose another), else files under
-# $ETHAN_HOME/cache, which every process on the machine shares.
+# Shared by every process that serves the port, or a limit of 10/min would let 10 through per
+# process: the broker's Redis when there is one (ETHAN_CACHE_URL to choose another), else, with
+# one process, its memory, and with more (ETHAN_SERVE_PROCESSES), files under $ETHAN_HOME/cache,
+# which every process on the machine shares.
 _cache_url = _config.get("ETHAN_CACHE_URL", "", str) or (
     _config.get("CELERY_BROKER_URL", "", str)
     if _config.get("CELERY_BROKER_URL", "", str).startswith(("redis://", "rediss://"))
@@ -556,6 +557,20 @@ if _cache_url:
             "KEY_PREFIX": "ethan",
             # A cache that is down must not hold a request: the throttle then lets it through.
             "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
+    }
+elif ETHAN_SERVE_PROCESSES == 1:
+    # One process serves the port (`ethan serve`'s default): every throttled request reaches
+    # it, so its counts are exact in its own memory. The file cache cost a request 250 µs with
+    # three people and 700 µs with a thousand (it lists its folder on every write), and past
+    # its 300 files it deleted a third of them, counts and all (docs/benchmarks/streams.md).
+    # The entries are one a person and address counted in the last period: the cap bounds
+    # the memory (an API history is at most the rate's count of times).
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "ethan-throttles",
+            "OPTIONS": {"MAX_ENTRIES": 10_000},
         }
     }
 else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 
 import pytest
 
@@ -157,6 +158,57 @@ def test_the_api_throttle_is_shared_by_every_server_process(tmp_path):
             for _ in range(40)
         ]
     assert (statuses.count(200), statuses.count(429)) == (10, 30)
+    # The counts' files are the owner's alone, as everything in the home.
+    cache = home / "cache"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(f.stat().st_mode) for f in cache.iterdir()} == {0o600}
+
+
+def test_one_server_process_counts_the_api_rate_in_its_memory(tmp_path):
+    """`ethan serve`'s default, one process: the counts are the process's own, exact, and no
+    file is written for them."""
+    home = migrated_home(tmp_path / "home")
+    token = api_token(home, "ada")
+    with web_server(home, ETHAN_API_RATE="10/min") as server:
+        statuses = [
+            server.request("GET", "/api/facts", headers={"Authorization": f"Token {token}"}).status
+            for _ in range(15)
+        ]
+    assert (statuses.count(200), statuses.count(429)) == (10, 5)
+    assert not (home / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("processes", "backend"),
+    [("1", "LocMemCache"), ("2", "FileBasedCache"), ("3", "FileBasedCache")],
+)
+def test_the_embedded_cache_is_the_process_when_it_serves_alone(tmp_path, processes, backend):
+    """Counts shared by every process that serves the port: in memory with one, in files with
+    more (the test above this one's neighbour counts across three)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, clean_env
+
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from django.conf import settings; "
+            "print(settings.CACHES['default']['BACKEND'])",
+        ],
+        cwd=ROOT,
+        env=clean_env(
+            tmp_path,
+            DJANGO_SETTINGS_MODULE="ethan_site.settings",
+            ETHAN_SERVE_PROCESSES=processes,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert shown.stdout.strip().endswith(f".{backend}")
 
 
 @pytest.mark.parametrize(
