@@ -561,9 +561,9 @@ if _cache_url:
     }
 elif ETHAN_SERVE_PROCESSES == 1:
     # One process serves the port (`ethan serve`'s default): every throttled request reaches
-    # it, so its counts are exact in its own memory. The file cache cost a request 250 µs with
-    # three people and 700 µs with a thousand (it lists its folder on every write), and past
-    # its 300 files it deleted a third of them, counts and all (docs/benchmarks/streams.md).
+    # it, so its counts are exact in its own memory. The file cache cost a request 270-590 µs
+    # of CPU (it lists its folder on every write), and past its 300 files it deleted a third
+    # of them, counts and all (docs/benchmarks/streams.md).
     # The entries are one a person and address counted in the last period: the cap bounds
     # the memory (an API history is at most the rate's count of times).
     CACHES = {
