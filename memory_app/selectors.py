@@ -169,7 +169,9 @@ _RANKED_ROWS = Compiled(
         owner_id=owner_id, terms=terms, limit=limit
     ),
     owner_id=ID_MARKER,
-    terms=Marker(["zqxethanmarkerzqx"], lambda terms, _connection: match_parameter(terms)),
+    terms=Marker(
+        ["zqxethanmarkerzqx"], lambda terms, connection: match_parameter(terms, connection.vendor)
+    ),
 )
 _SEED_ROWS = Compiled(
     lambda limit, owner_id: _candidates(owner_id).values_list(*_FIELDS)[:limit], owner_id=ID_MARKER

@@ -141,10 +141,11 @@ def prefer_time(
     return moved
 
 
-def match_parameter(terms: list[str]) -> str:
+def match_parameter(terms: list[str], vendor: str | None = None) -> str:
     """The one parameter through which matching() hands `terms` to PostgreSQL (a tsquery) or
-    SQLite (an FTS5 MATCH); the rest of its SQL is the same whatever the terms."""
-    if connection.vendor == "postgresql":
+    SQLite (an FTS5 MATCH); the rest of its SQL is the same whatever the terms. `vendor`: the
+    database's, when the statement runs on a connection of its own (the default one's else)."""
+    if (vendor or connection.vendor) == "postgresql":
         return " | ".join("'" + term.replace("'", "''").replace("\\", "") + "'" for term in terms)
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
