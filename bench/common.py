@@ -43,6 +43,7 @@ RECORDS = {
     "bench.append_cost": "turn.md",
     "bench.chat_throughput": "throughput.md",
     "bench.request_cost": "throughput.md",
+    "bench.throttle_cache": "throughput.md",
     "bench.first_delta": "first-delta.md",
     "bench.concurrent_streams": "streams.md",
     "bench.openai_compat": "chat-apps.md",

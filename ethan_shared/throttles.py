@@ -1,4 +1,5 @@
-"""The throttles: API requests per user, sign-in attempts per username and per address.
+"""The throttles: API requests per user, sign-in attempts per username and per address, and
+the file cache they count in when several processes serve without a broker.
 
 Their own module, importing nothing of DRF's views: DRF resolves DEFAULT_THROTTLE_CLASSES while
 its APIView class is being built, so a module that imports rest_framework.views cannot hold them.
@@ -9,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 
+from django.core.cache.backends.filebased import FileBasedCache
 from redis import RedisError
 from rest_framework.exceptions import Throttled
 from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
@@ -85,3 +88,28 @@ class LoginThrottle(SimpleRateThrottle):
         # The file cache's incr writes the entry again with the cache's default expiry.
         self.cache.touch(key, ttl)
         return count
+
+
+class HomeFileCache(FileBasedCache):
+    """Django's file cache under $ETHAN_HOME/cache, which the processes of `ethan serve
+    --workers N` share without a broker, with its folder listed at most once a second.
+
+    Django's lists the folder before every write, to delete a third of its files at random
+    once there are MAX_ENTRIES: 270 µs of CPU a request with one person's counts, 590 µs with
+    250 (docs/benchmarks/streams.md), and at its default 300 entries, counts were deleted
+    once 300 people or addresses had been counted in a period. Listed once a second, the cap
+    can be set high (settings: 10,000) and holds within a second's writes."""
+
+    LIST_SECONDS = 1.0
+
+    def __init__(self, dir, params):
+        super().__init__(dir, params)
+        self._listed_at = -self.LIST_SECONDS
+
+    def _cull(self):
+        # Two threads past the second at once both list: harmless, the cull is Django's.
+        now = time.monotonic()
+        if now - self._listed_at < self.LIST_SECONDS:
+            return
+        self._listed_at = now
+        super()._cull()

@@ -564,20 +564,22 @@ elif ETHAN_SERVE_PROCESSES == 1:
     # it, so its counts are exact in its own memory. The file cache cost a request 270-590 µs
     # of CPU (it lists its folder on every write), and past its 300 files it deleted a third
     # of them, counts and all (docs/benchmarks/streams.md).
-    # The entries are one a person and address counted in the last period: the cap bounds
-    # the memory (an API history is at most the rate's count of times).
+    # The entries are one a person, username and address counted in the last period: the cap
+    # bounds the memory (an API history is at most the rate's count of times), and past it
+    # the least recently used third goes.
     CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
             "LOCATION": "ethan-throttles",
-            "OPTIONS": {"MAX_ENTRIES": 10_000},
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
         }
     }
 else:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "BACKEND": "ethan_shared.throttles.HomeFileCache",
             "LOCATION": str(ETHAN_HOME / "cache"),
+            "OPTIONS": {"MAX_ENTRIES": 10_000},
         }
     }
 

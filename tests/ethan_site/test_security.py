@@ -180,7 +180,7 @@ def test_one_server_process_counts_the_api_rate_in_its_memory(tmp_path):
 
 @pytest.mark.parametrize(
     ("processes", "backend"),
-    [("1", "LocMemCache"), ("2", "FileBasedCache"), ("3", "FileBasedCache")],
+    [("1", "LocMemCache"), ("2", "HomeFileCache"), ("3", "HomeFileCache")],
 )
 def test_the_embedded_cache_is_the_process_when_it_serves_alone(tmp_path, processes, backend):
     """Counts shared by every process that serves the port: in memory with one, in files with
