@@ -16,6 +16,11 @@ access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M
 
 
 def on_starting(server) -> None:
+    import os
+
     from ethan_shared.config import settings_or_exit
 
+    # The workers share the throttles' counts only if the settings know there are several
+    # (one process counts in its own memory), as `ethan serve --workers` tells them.
+    os.environ.setdefault("ETHAN_SERVE_PROCESSES", str(server.cfg.workers))
     settings_or_exit("gunicorn")
